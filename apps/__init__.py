@@ -1,0 +1,1 @@
+"""What people run: the `vit-keras` command line and the demo classifier (terminal and web)."""

@@ -1,0 +1,394 @@
+"""The layers of a Vision Transformer, following Dosovitskiy et al. (2020), eq. 1-4.
+
+    z0  = [x_class; x_p^1 E; ...; x_p^N E] + E_pos        (eq. 1)  PatchEncoder
+    z'l = MSA(LN(z_{l-1})) + z_{l-1}                       (eq. 2)  TransformerBlock
+    zl  = MLP(LN(z'l)) + z'l                               (eq. 3)  TransformerBlock
+    y   = LN(zL^0)                                         (eq. 4)  encoder_norm + pooling
+
+Every layer is registered under the package name ``vit_keras`` so a saved
+``.keras`` file reloads with ``safe_mode=True`` once ``vit_keras`` is imported.
+"""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
+POOLINGS = ("token", "gap")
+
+register = keras.saving.register_keras_serializable(package="vit_keras")
+
+
+def pair(value, name):
+    """(h, w) from an int or a pair, with a clear error otherwise."""
+    if isinstance(value, (int, np.integer)):
+        value = (int(value), int(value))
+    value = tuple(int(v) for v in value)
+    if len(value) != 2 or min(value) <= 0:
+        raise ValueError(f"`{name}` must be a positive int or a pair (height, width); got {value}.")
+    return value
+
+
+def check_choice(value, name, choices):
+    if value not in choices:
+        raise ValueError(f"Unknown `{name}`={value!r}; valid values are {', '.join(map(repr, choices))}.")
+
+
+def check_divisible(size, patch_size, what="image_size"):
+    (h, w), (ph, pw) = pair(size, what), pair(patch_size, "patch_size")
+    if h % ph or w % pw:
+        raise ValueError(
+            f"`{what}`={(h, w)} is not divisible by `patch_size`={(ph, pw)}; "
+            f"use a size that is a multiple of the patch size, e.g. {(h // ph * ph or ph, w // pw * pw or pw)}."
+        )
+    return h // ph, w // pw
+
+
+@register
+class Patches(keras.layers.Layer):
+    """(B, H, W, C) images -> (B, N, P*P*C) flattened patches x_p, N = HW/P^2.
+
+    Each patch is flattened in (row, column, channel) order, which is the order of
+    a (P, P, C, D) convolution kernel reshaped to (P*P*C, D): so
+    ``Patches(P)(x) @ kernel.reshape(-1, D)`` equals ``PatchEncoder``'s projection.
+    """
+
+    def __init__(self, patch_size, **kwargs):
+        super().__init__(**kwargs)
+        self.patch_size = pair(patch_size, "patch_size")
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(f"Patches expects images (batch, height, width, channels); got shape {input_shape}.")
+        if input_shape[1] is not None and input_shape[2] is not None:
+            check_divisible(input_shape[1:3], self.patch_size)
+
+    def call(self, images):
+        ph, pw = self.patch_size
+        _, h, w, c = images.shape
+        gh, gw = h // ph, w // pw
+        x = ops.reshape(images, (-1, gh, ph, gw, pw, c))
+        x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+        return ops.reshape(x, (-1, gh * gw, ph * pw * c))
+
+    def compute_output_shape(self, input_shape):
+        b, h, w, c = input_shape
+        ph, pw = self.patch_size
+        return (b, (h // ph) * (w // pw), ph * pw * c)
+
+    def get_config(self):
+        return {**super().get_config(), "patch_size": self.patch_size}
+
+
+def sincos_2d_embedding(grid, dim, temperature=10000.0):
+    """Fixed 2-D sine-cosine position embedding (grid_h * grid_w, dim), as in MoCo v3 / big_vision."""
+    if dim % 4:
+        raise ValueError(f"`position_embedding`='sincos_2d' needs hidden_size divisible by 4; got {dim}.")
+    gh, gw = grid
+    y, x = np.meshgrid(np.arange(gh, dtype=np.float64), np.arange(gw, dtype=np.float64), indexing="ij")
+    omega = 1.0 / temperature ** (np.arange(dim // 4) / (dim // 4 - 1 if dim > 4 else 1))
+    y = y.reshape(-1, 1) * omega[None]
+    x = x.reshape(-1, 1) * omega[None]
+    return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1).astype("float32")
+
+
+@register
+class PatchEncoder(keras.layers.Layer):
+    """Eq. 1: z0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos.
+
+    The linear projection E is stored as a convolution kernel of shape
+    (P, P, C, D) with bias (D,), the layout of the original checkpoints; a
+    convolution with kernel = stride = P applies E to every patch at once.
+    Input is an image or a CNN feature map (B, H, W, C); output (B, T, D) with
+    T = N + 1 when the class token is used (it sits at position 0).
+
+    position_embedding:
+      "learned"     a learned (1, T, D) table (the paper's default, 1-D);
+      "learned_2d"  learned row and column tables of D/2 each, concatenated per
+                    patch (Appendix D.4), plus a learned row for the class token;
+      "sincos_2d"   fixed 2-D sine-cosine; the class token gets zeros;
+      "none"        no position information.
+    """
+
+    def __init__(
+        self,
+        patch_size,
+        hidden_size,
+        grid_size,
+        class_token=True,
+        position_embedding="learned",
+        dropout=0.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_choice(position_embedding, "position_embedding", POSITION_EMBEDDINGS)
+        if position_embedding == "learned_2d" and hidden_size % 2:
+            raise ValueError(f"`position_embedding`='learned_2d' needs an even hidden_size; got {hidden_size}.")
+        self.patch_size = pair(patch_size, "patch_size")
+        self.hidden_size = int(hidden_size)
+        self.grid_size = pair(grid_size, "grid_size")
+        self.class_token = bool(class_token)
+        self.position_embedding = position_embedding
+        self.dropout = float(dropout)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.num_tokens = self.num_patches + int(self.class_token)
+        self.dropout_layer = keras.layers.Dropout(self.dropout)
+
+    def build(self, input_shape):
+        channels = input_shape[-1]
+        if input_shape[1] is not None and input_shape[2] is not None:
+            grid = check_divisible(input_shape[1:3], self.patch_size)
+            if grid != self.grid_size:
+                raise ValueError(
+                    f"PatchEncoder was configured for a {self.grid_size} patch grid but gets inputs of "
+                    f"spatial size {tuple(input_shape[1:3])} (grid {grid}); resize the position embedding "
+                    "with `vit_keras.resize_position_embedding` to change the image size."
+                )
+        d = self.hidden_size
+        self.kernel = self.add_weight(
+            name="kernel", shape=(*self.patch_size, channels, d), initializer="lecun_normal"
+        )
+        self.bias = self.add_weight(name="bias", shape=(d,), initializer="zeros")
+        if self.class_token:
+            self.cls = self.add_weight(name="cls", shape=(1, 1, d), initializer="zeros")
+        init = keras.initializers.RandomNormal(stddev=0.02)
+        if self.position_embedding == "learned":
+            self.pos_embedding = self.add_weight(name="pos_embedding", shape=(1, self.num_tokens, d), initializer=init)
+        elif self.position_embedding == "learned_2d":
+            self.pos_row = self.add_weight(name="pos_row", shape=(self.grid_size[0], d // 2), initializer=init)
+            self.pos_col = self.add_weight(name="pos_col", shape=(self.grid_size[1], d - d // 2), initializer=init)
+            if self.class_token:
+                self.pos_cls = self.add_weight(name="pos_cls", shape=(1, 1, d), initializer=init)
+        elif self.position_embedding == "sincos_2d":
+            table = sincos_2d_embedding(self.grid_size, d)
+            if self.class_token:
+                table = np.concatenate([np.zeros((1, d), "float32"), table])
+            self.pos_embedding = self.add_weight(
+                name="pos_embedding", shape=(1, self.num_tokens, d),
+                initializer=keras.initializers.Constant(table[None]), trainable=False,
+            )
+        self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: channels})
+
+    def position_table(self):
+        """E_pos as a (1, T, D) tensor, or None for position_embedding='none'."""
+        if self.position_embedding in ("learned", "sincos_2d"):
+            return self.pos_embedding
+        if self.position_embedding == "learned_2d":
+            (gh, gw), d = self.grid_size, self.hidden_size
+            rows = ops.broadcast_to(self.pos_row[:, None, :], (gh, gw, d // 2))
+            cols = ops.broadcast_to(self.pos_col[None, :, :], (gh, gw, d - d // 2))
+            table = ops.reshape(ops.concatenate([rows, cols], axis=-1), (1, gh * gw, d))
+            if self.class_token:
+                table = ops.concatenate([self.pos_cls, table], axis=1)
+            return table
+        return None
+
+    def call(self, x, training=None):
+        x = ops.conv(x, ops.cast(self.kernel, x.dtype), strides=self.patch_size, padding="valid")
+        x = x + ops.cast(self.bias, x.dtype)
+        x = ops.reshape(x, (-1, self.num_patches, self.hidden_size))
+        if self.class_token:
+            cls = ops.broadcast_to(ops.cast(self.cls, x.dtype), (ops.shape(x)[0], 1, self.hidden_size))
+            x = ops.concatenate([cls, x], axis=1)
+        table = self.position_table()
+        if table is not None:
+            x = x + ops.cast(table, x.dtype)
+        return self.dropout_layer(x, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_tokens, self.hidden_size)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "patch_size": self.patch_size,
+            "hidden_size": self.hidden_size,
+            "grid_size": self.grid_size,
+            "class_token": self.class_token,
+            "position_embedding": self.position_embedding,
+            "dropout": self.dropout,
+        }
+
+
+@register
+class DropPath(keras.layers.Layer):
+    """Stochastic depth: drops a whole residual branch per sample during training."""
+
+    def __init__(self, rate=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"`drop_path` rate must be in [0, 1); got {rate}.")
+        self.rate = float(rate)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if rate else None
+
+    def call(self, x, training=None):
+        if not training or not self.rate:
+            return x
+        keep = 1.0 - self.rate
+        shape = (ops.shape(x)[0],) + (1,) * (len(x.shape) - 1)
+        mask = ops.floor(keep + keras.random.uniform(shape, seed=self.seed_generator, dtype=x.dtype))
+        return x / keep * mask
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
+
+
+@register
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """MSA with one fused qkv projection (D, 3D) and an output projection (D, D).
+
+    The fast path calls ``keras.ops.dot_product_attention`` (fused where the
+    backend has it; the softmax runs in float32 under mixed precision). When the
+    attention weights are asked for, they are computed explicitly as
+    softmax(q k^T / sqrt(d_head)) with shape (B, heads, T, T).
+    """
+
+    def __init__(self, num_heads, attention_dropout=0.0, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.attention_dropout = float(attention_dropout)
+        self.dropout = float(dropout)
+        self.attention_dropout_layer = keras.layers.Dropout(self.attention_dropout)
+        self.dropout_layer = keras.layers.Dropout(self.dropout)
+
+    def build(self, input_shape):
+        d = input_shape[-1]
+        if d % self.num_heads:
+            raise ValueError(f"`hidden_size`={d} must be divisible by `num_heads`={self.num_heads}.")
+        self.head_dim = d // self.num_heads
+        self.qkv = keras.layers.Dense(3 * d, name="qkv")
+        self.qkv.build(input_shape)
+        self.out = keras.layers.Dense(d, name="out")
+        self.out.build(input_shape)
+
+    def call(self, x, training=None, return_attention_scores=False):
+        t, d = x.shape[1], x.shape[2]
+        qkv = ops.reshape(self.qkv(x), (-1, t, 3, self.num_heads, self.head_dim))
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        use_explicit = return_attention_scores or (training and self.attention_dropout > 0)
+        if not use_explicit:
+            y = ops.dot_product_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
+            weights = None
+        else:
+            logits = ops.einsum("bthd,bshd->bhts", q, k) * (1.0 / math.sqrt(self.head_dim))
+            weights = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), x.dtype)
+            y = ops.einsum("bhts,bshd->bthd", self.attention_dropout_layer(weights, training=training), v)
+        y = self.dropout_layer(self.out(ops.reshape(y, (-1, t, d))), training=training)
+        return (y, weights) if return_attention_scores else y
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "attention_dropout": self.attention_dropout,
+            "dropout": self.dropout,
+        }
+
+
+@register
+class TransformerBlock(keras.layers.Layer):
+    """Pre-LN encoder block, eq. 2-3:  z' = MSA(LN(z)) + z;  z = MLP(LN(z')) + z'.
+
+    The MLP is Dense(mlp_dim) -> GELU -> Dense(D), with dropout after each Dense.
+    ``gelu_approximate=True`` uses the tanh form of GELU, which quantizes and
+    fuses better on device; the default is the exact erf form of the paper.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout=0.0,
+        attention_dropout=0.0,
+        drop_path=0.0,
+        norm_epsilon=1e-6,
+        gelu_approximate=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout = float(dropout)
+        self.attention_dropout = float(attention_dropout)
+        self.drop_path = float(drop_path)
+        self.norm_epsilon = float(norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
+        self.norm1 = keras.layers.LayerNormalization(epsilon=self.norm_epsilon, name="norm1")
+        self.attn = MultiHeadSelfAttention(
+            self.num_heads, attention_dropout=self.attention_dropout, dropout=self.dropout, name="attn"
+        )
+        self.norm2 = keras.layers.LayerNormalization(epsilon=self.norm_epsilon, name="norm2")
+        self.mlp_dropout = keras.layers.Dropout(self.dropout)
+        self.drop_path_layer = DropPath(self.drop_path)
+
+    def build(self, input_shape):
+        d = input_shape[-1]
+        if d % self.num_heads:
+            raise ValueError(f"`hidden_size`={d} must be divisible by `num_heads`={self.num_heads}.")
+        self.norm1.build(input_shape)
+        self.attn.build(input_shape)
+        self.norm2.build(input_shape)
+        self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1")
+        self.fc1.build(input_shape)
+        self.fc2 = keras.layers.Dense(d, name="fc2")
+        self.fc2.build((*input_shape[:-1], self.mlp_dim))
+
+    def mlp(self, x, training=None):
+        x = ops.gelu(self.fc1(x), approximate=self.gelu_approximate)
+        x = self.mlp_dropout(x, training=training)
+        return self.mlp_dropout(self.fc2(x), training=training)
+
+    def call(self, z, training=None, return_attention_scores=False):
+        y = self.attn(self.norm1(z), training=training, return_attention_scores=return_attention_scores)
+        y, weights = y if return_attention_scores else (y, None)
+        z = z + self.drop_path_layer(y, training=training)
+        z = z + self.drop_path_layer(self.mlp(self.norm2(z), training=training), training=training)
+        return (z, weights) if return_attention_scores else z
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "drop_path": self.drop_path,
+            "norm_epsilon": self.norm_epsilon,
+            "gelu_approximate": self.gelu_approximate,
+        }
+
+
+@register
+class TokenPooling(keras.layers.Layer):
+    """Eq. 4's readout: the class token (position 0) or the mean of the patch tokens (GAP)."""
+
+    def __init__(self, pooling="token", class_token=True, **kwargs):
+        super().__init__(**kwargs)
+        check_choice(pooling, "pooling", POOLINGS)
+        if pooling == "token" and not class_token:
+            raise ValueError("`pooling`='token' needs the class token; use pooling='gap' with class_token=False.")
+        self.pooling = pooling
+        self.class_token = bool(class_token)
+
+    def call(self, z):
+        if self.pooling == "token":
+            return z[:, 0]
+        return ops.mean(z[:, int(self.class_token):], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "pooling": self.pooling, "class_token": self.class_token}

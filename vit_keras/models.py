@@ -1,0 +1,330 @@
+"""The ViT model: configs table, ``VisionTransformer`` and ``create_model``.
+
+    image -> [Rescaling] -> [stem] -> PatchEncoder -> TransformerBlock x L -> LayerNorm
+          -> pooling (token | gap) -> [pre_logits tanh] -> head
+
+``VisionTransformer`` is a functional Keras model whose constructor arguments are
+its config, so it saves to ``.keras`` and reloads with ``safe_mode=True``.
+"""
+
+import copy
+
+import keras
+import numpy as np
+from keras import ops
+
+from . import stems
+from .layers import (
+    POOLINGS,
+    POSITION_EMBEDDINGS,
+    PatchEncoder,
+    TokenPooling,
+    TransformerBlock,
+    check_choice,
+    check_divisible,
+    pair,
+    register,
+)
+
+# Table 1 of the paper, plus the Ti/S widths of DeiT / AugReg.
+VARIANTS = {
+    "ti": dict(hidden_size=192, num_heads=3, mlp_dim=768, num_layers=12),
+    "s": dict(hidden_size=384, num_heads=6, mlp_dim=1536, num_layers=12),
+    "b": dict(hidden_size=768, num_heads=12, mlp_dim=3072, num_layers=12),
+    "l": dict(hidden_size=1024, num_heads=16, mlp_dim=4096, num_layers=24),
+    "h": dict(hidden_size=1280, num_heads=16, mlp_dim=5120, num_layers=32),
+}
+
+# name -> (variant, patch size, stem). Hybrids take 1x1 patches of the stem's feature map.
+MODELS = {
+    "vit_ti16": ("ti", 16, None),
+    "vit_s16": ("s", 16, None),
+    "vit_s32": ("s", 32, None),
+    "vit_b16": ("b", 16, None),
+    "vit_b32": ("b", 32, None),
+    "vit_b8": ("b", 8, None),
+    "vit_l16": ("l", 16, None),
+    "vit_l32": ("l", 32, None),
+    "vit_h14": ("h", 14, None),
+    "vit_r26_s32": ("s", 32, "r26"),
+    "vit_r50_b16": ("b", 16, "r50"),
+    "vit_r50_l32": ("l", 32, "r50_s32"),
+}
+
+STEMS = (None, "r26", "r50", "r50_s32", "conv")
+CONFIG_KEYS = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_layers")
+
+
+def list_models():
+    """Names accepted by ``create_model``."""
+    return sorted(MODELS)
+
+
+@register
+class VisionTransformer(keras.Model):
+    """A ViT (or hybrid) as a functional model.
+
+    Input: (B, H, W, channels) images normalized as the Google checkpoints expect
+    (pixel / 127.5 - 1), or raw 0-255 pixels when ``include_preprocessing=True``.
+    Output: logits (B, num_classes), or pooled features (B, D) without the top.
+    """
+
+    def __init__(
+        self,
+        image_size=224,
+        patch_size=16,
+        hidden_size=768,
+        num_heads=12,
+        mlp_dim=3072,
+        num_layers=12,
+        num_classes=1000,
+        channels=3,
+        pooling="token",
+        position_embedding="learned",
+        class_token=None,
+        stem=None,
+        dropout=0.0,
+        attention_dropout=0.0,
+        drop_path=0.0,
+        representation_size=None,
+        include_top=True,
+        include_preprocessing=False,
+        norm_epsilon=1e-6,
+        gelu_approximate=False,
+        name="vit",
+        **kwargs,
+    ):
+        check_choice(pooling, "pooling", POOLINGS)
+        check_choice(position_embedding, "position_embedding", POSITION_EMBEDDINGS)
+        check_choice(stem, "stem", STEMS)
+        image_size = pair(image_size, "image_size")
+        if hidden_size % num_heads:
+            raise ValueError(f"`hidden_size`={hidden_size} must be divisible by `num_heads`={num_heads}.")
+        for key, value in dict(num_layers=num_layers, mlp_dim=mlp_dim, channels=channels).items():
+            if int(value) < 1:
+                raise ValueError(f"`{key}` must be a positive int; got {value}.")
+        if include_top and int(num_classes) < 1:
+            raise ValueError(f"`num_classes` must be >= 1 with include_top=True; got {num_classes}.")
+        if class_token is None:
+            class_token = pooling == "token"
+        config = dict(
+            image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_heads=num_heads,
+            mlp_dim=mlp_dim, num_layers=num_layers, num_classes=num_classes, channels=channels,
+            pooling=pooling, position_embedding=position_embedding, class_token=class_token, stem=stem,
+            dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path,
+            representation_size=representation_size, include_top=include_top,
+            include_preprocessing=include_preprocessing, norm_epsilon=norm_epsilon,
+            gelu_approximate=gelu_approximate,
+        )
+
+        images = keras.Input((*image_size, channels), name="images")
+        x = images
+        if include_preprocessing:
+            x = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="preprocessing")(x)
+        stem_stride = 1
+        if stem in stems.RESNET_DEPTHS:
+            stem_layer = stems.ResNetV2Stem(stems.RESNET_DEPTHS[stem], name="stem")
+        elif stem == "conv":
+            stem_layer = stems.ConvStem(patch_size, hidden_size, name="stem")
+        if stem is not None:
+            stem_stride = stem_layer.stride
+            check_divisible(image_size, stem_stride)
+            x = stem_layer(x)
+        encoder_patch = 1 if stem in stems.RESNET_DEPTHS or stem == "conv" else patch_size
+        grid = check_divisible((image_size[0] // stem_stride, image_size[1] // stem_stride), encoder_patch,
+                               what="image_size" if stem is None else "feature map size")
+        x = PatchEncoder(encoder_patch, hidden_size, grid, class_token=class_token,
+                         position_embedding=position_embedding, dropout=dropout, name="embedding")(x)
+        for i in range(num_layers):
+            rate = drop_path * i / max(num_layers - 1, 1)  # linearly increasing stochastic depth
+            x = TransformerBlock(num_heads, mlp_dim, dropout=dropout, attention_dropout=attention_dropout,
+                                 drop_path=rate, norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate,
+                                 name=f"encoderblock_{i}")(x)
+        x = keras.layers.LayerNormalization(epsilon=norm_epsilon, name="encoder_norm")(x)
+        x = TokenPooling(pooling, class_token, name="pool")(x)
+        if representation_size:
+            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+        if include_top:
+            x = keras.layers.Dense(num_classes, name="head", dtype=_float32_policy())(x)
+        super().__init__(inputs=images, outputs=x, name=name, **kwargs)
+        self.vit_config = config
+
+    # Functional models rebuild from their constructor arguments, like keras-hub's backbones.
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **copy.deepcopy(self.vit_config)}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    @property
+    def grid_size(self):
+        return self.get_layer("embedding").grid_size
+
+    @property
+    def blocks(self):
+        return [layer for layer in self.layers if isinstance(layer, TransformerBlock)]
+
+    def attention_maps(self, images, batch_size=32):
+        """Every block's attention weights for ``images``: a list of L arrays (B, heads, T, T)."""
+        per_layer = []
+        images = np.asarray(images, dtype="float32")
+        for start in range(0, len(images), batch_size):
+            x = ops.convert_to_tensor(images[start:start + batch_size])
+            for layer in self.layers[1:]:
+                if isinstance(layer, TransformerBlock):
+                    x, weights = layer(x, return_attention_scores=True)
+                    per_layer.append(ops.convert_to_numpy(weights))
+                    continue
+                if layer.name == "encoder_norm":
+                    break
+                x = layer(x)
+        n = len(self.blocks)
+        return [np.concatenate(per_layer[i::n]) for i in range(n)]
+
+
+def _float32_policy():
+    """Logits stay float32 under mixed precision, for a stable softmax/loss."""
+    return "float32" if keras.mixed_precision.dtype_policy().name != "float32" else None
+
+
+def model_config(name, **overrides):
+    """The constructor arguments of a named model with ``overrides`` applied."""
+    if name not in MODELS:
+        raise ValueError(f"Unknown model name {name!r}; valid names are {', '.join(list_models())}.")
+    variant, patch_size, stem = MODELS[name]
+    config = dict(VARIANTS[variant], patch_size=patch_size, stem=stem)
+    config.update({k: v for k, v in overrides.items() if v is not None or k == "stem"})
+    return config
+
+
+def create_model(
+    name="vit_b16",
+    image_size=224,
+    num_classes=1000,
+    pooling="token",
+    position_embedding="learned",
+    dropout=0.0,
+    drop_path=0.0,
+    include_top=True,
+    weights=None,
+    **overrides,
+):
+    """Build a named ViT, optionally loading ``weights`` (a path or URL to a checkpoint).
+
+    ``overrides`` take any ``VisionTransformer`` argument (patch_size, hidden_size,
+    num_heads, mlp_dim, num_layers, stem, channels, representation_size,
+    include_preprocessing, attention_dropout, gelu_approximate, ...).
+    """
+    config = model_config(name, **overrides)
+    config.setdefault("name", name)
+    model = VisionTransformer(
+        image_size=image_size, num_classes=num_classes, pooling=pooling,
+        position_embedding=position_embedding, dropout=dropout, drop_path=drop_path,
+        include_top=include_top, **config,
+    )
+    if weights is not None:
+        from .weights import load_weights
+
+        load_weights(model, weights)
+    return model
+
+
+def _named(name):
+    def factory(**kwargs):
+        return create_model(name, **kwargs)
+
+    factory.__name__ = name
+    factory.__doc__ = f"``create_model({name!r}, **kwargs)``: {MODELS[name]}."
+    return factory
+
+
+vit_ti16 = _named("vit_ti16")
+vit_s16 = _named("vit_s16")
+vit_s32 = _named("vit_s32")
+vit_b16 = _named("vit_b16")
+vit_b32 = _named("vit_b32")
+vit_b8 = _named("vit_b8")
+vit_l16 = _named("vit_l16")
+vit_l32 = _named("vit_l32")
+vit_h14 = _named("vit_h14")
+vit_r26_s32 = _named("vit_r26_s32")
+vit_r50_b16 = _named("vit_r50_b16")
+vit_r50_l32 = _named("vit_r50_l32")
+
+
+def _cubic(x, a=-0.5):
+    x = np.abs(x)
+    return np.where(x <= 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                    np.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, 0.0))
+
+
+def _resample_matrix(old, new):
+    """(new, old) weights of antialiased bicubic resampling (a = -0.5, half-pixel centers).
+
+    This is PIL's and PyTorch's ``interpolate(mode="bicubic", antialias=True)``,
+    which timm's ``resample_abs_pos_embed`` uses; at the same size it is the identity.
+    """
+    scale = old / new
+    support = 2.0 * max(scale, 1.0)
+    inv = 1.0 / max(scale, 1.0)
+    matrix = np.zeros((new, old))
+    for i in range(new):
+        center = (i + 0.5) * scale
+        lo, hi = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), old)
+        taps = np.arange(lo, hi)
+        w = _cubic((taps - center + 0.5) * inv)
+        matrix[i, lo:hi] = w / w.sum()
+    return matrix
+
+
+def resize_position_embedding(pos_embedding, new_grid, old_grid=None, num_prefix_tokens=1):
+    """Resample the patch-grid part of a (1, T, D) position embedding to ``new_grid``.
+
+    The first ``num_prefix_tokens`` rows (the class token's) are kept as they are;
+    the N = gh * gw rows are treated as a 2-D (gh, gw, D) image and resampled with
+    2-D bicubic interpolation (see ``_resample_matrix``). ``old_grid`` defaults to
+    a square grid. Works for square <-> rectangular grids.
+    """
+    pos_embedding = np.asarray(pos_embedding)
+    prefix, grid = pos_embedding[:, :num_prefix_tokens], pos_embedding[:, num_prefix_tokens:]
+    n = grid.shape[1]
+    if old_grid is None:
+        side = int(round(n ** 0.5))
+        if side * side != n:
+            raise ValueError(f"The position embedding has {n} patch rows, not a square grid; pass `old_grid`.")
+        old_grid = (side, side)
+    old_grid, new_grid = pair(old_grid, "old_grid"), pair(new_grid, "new_grid")
+    if old_grid[0] * old_grid[1] != n:
+        raise ValueError(f"`old_grid`={old_grid} does not match {n} patch rows in the position embedding.")
+    image = grid.reshape(-1, *old_grid, grid.shape[-1]).astype("float64")
+    rows, cols = _resample_matrix(old_grid[0], new_grid[0]), _resample_matrix(old_grid[1], new_grid[1])
+    image = np.einsum("ih,jw,bhwd->bijd", rows, cols, image)
+    resized = image.reshape(-1, new_grid[0] * new_grid[1], grid.shape[-1]).astype(pos_embedding.dtype)
+    return np.concatenate([prefix, resized], axis=1)
+
+
+def resize_model(model, image_size):
+    """A copy of a ``VisionTransformer`` at another image size, its position embedding resampled.
+
+    This is the paper's fine-tuning at a higher resolution (e.g. 224 -> 384),
+    and works square <-> rectangular.
+    """
+    config = {**model.get_config(), "image_size": image_size}
+    resized = VisionTransformer.from_config(config)
+    old, new = model.get_layer("embedding"), resized.get_layer("embedding")
+    for source, target in zip(model.layers, resized.layers):
+        if source is not old:
+            target.set_weights(source.get_weights())
+    for src, dst in zip(old.weights, new.weights):
+        value = ops.convert_to_numpy(src)
+        name = src.path.split("/")[-1]
+        if name == "pos_embedding" and old.position_embedding == "learned":
+            value = resize_position_embedding(value, new.grid_size, old.grid_size, int(old.class_token))
+        elif name in ("pos_row", "pos_col"):
+            axis = 0 if name == "pos_row" else 1
+            value = _resample_matrix(old.grid_size[axis], new.grid_size[axis]) @ value
+        elif name == "pos_embedding":  # sincos_2d: fixed, recomputed by the new layer
+            continue
+        dst.assign(value.astype(dst.dtype) if hasattr(value, "astype") else value)
+    return resized
