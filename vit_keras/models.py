@@ -157,6 +157,15 @@ class VisionTransformer(keras.Model):
     def from_config(cls, config):
         return cls(**config)
 
+    def call(self, inputs, training=None, mask=None):
+        channels, got = self.vit_config["channels"], inputs.shape[-1]
+        if got is not None and got != channels:
+            raise ValueError(
+                f"{self.name} takes images with `channels`={channels} (shape (batch, "
+                f"{', '.join(map(str, self.vit_config['image_size']))}, {channels})); got shape {tuple(inputs.shape)}."
+            )
+        return super().call(inputs, training=training, mask=mask)
+
     @property
     def grid_size(self):
         return self.get_layer("embedding").grid_size

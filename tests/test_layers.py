@@ -1,0 +1,144 @@
+"""The layers against the paper's equations."""
+
+import numpy as np
+import pytest
+
+import vit_keras  # noqa: F401  (registers the layers)
+import keras
+from keras import ops
+from vit_keras.layers import MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
+
+
+def test_patches_shape_and_order_rectangular():
+    images = np.arange(2 * 8 * 12 * 3, dtype="float32").reshape(2, 8, 12, 3)
+    patches = ops.convert_to_numpy(Patches(4)(images))
+    assert patches.shape == (2, 2 * 3, 4 * 4 * 3)
+    # patch (row 1, col 2) is the image block [4:8, 8:12], flattened (row, col, channel)
+    np.testing.assert_array_equal(patches[1, 1 * 3 + 2], images[1, 4:8, 8:12].reshape(-1))
+
+
+def test_patches_rejects_indivisible_size():
+    with pytest.raises(ValueError, match="image_size.*not divisible by `patch_size`"):
+        Patches(5)(np.zeros((1, 12, 12, 3), "float32"))
+
+
+def test_patch_encoder_is_eq1_with_class_token_first_and_summed_position():
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(2, 8, 8, 3)).astype("float32")
+    encoder = PatchEncoder(4, 16, grid_size=2)
+    z0 = ops.convert_to_numpy(encoder(images))
+    assert z0.shape == (2, 5, 16)
+    kernel, bias, cls, pos = (ops.convert_to_numpy(w) for w in (encoder.kernel, encoder.bias, encoder.cls,
+                                                                  encoder.pos_embedding))
+    cls_value = rng.normal(size=cls.shape).astype("float32")
+    encoder.cls.assign(cls_value)
+    z0 = ops.convert_to_numpy(encoder(images))
+    projected = ops.convert_to_numpy(Patches(4)(images)) @ kernel.reshape(-1, 16) + bias  # x_p E
+    expected = np.concatenate([np.broadcast_to(cls_value, (2, 1, 16)), projected], axis=1) + pos
+    np.testing.assert_allclose(z0, expected, atol=1e-5)
+    assert pos.shape == (1, 5, 16)  # one E_pos row per token: a sum, not a concat
+
+
+@pytest.mark.parametrize("kind", ["learned", "learned_2d", "sincos_2d", "none"])
+def test_position_embedding_options(kind):
+    encoder = PatchEncoder(2, 8, grid_size=(2, 3), position_embedding=kind)
+    out = encoder(np.zeros((1, 4, 6, 1), "float32"))
+    assert out.shape == (1, 7, 8)
+    table = encoder.position_table()
+    if kind == "none":
+        assert table is None
+        np.testing.assert_allclose(ops.convert_to_numpy(out)[0, 1:], np.broadcast_to(
+            ops.convert_to_numpy(encoder.bias), (6, 8)), atol=1e-6)
+        return
+    table = ops.convert_to_numpy(table)
+    assert table.shape == (1, 7, 8)
+    if kind == "learned_2d":  # same row -> same first half; same column -> same second half
+        grid = table[0, 1:].reshape(2, 3, 8)
+        np.testing.assert_array_equal(grid[0, 0, :4], grid[0, 2, :4])
+        np.testing.assert_array_equal(grid[0, 1, 4:], grid[1, 1, 4:])
+    if kind == "sincos_2d":
+        assert not encoder.pos_embedding.trainable
+        np.testing.assert_array_equal(table[0, 0], 0)
+
+
+def test_position_embedding_rejects_unknown():
+    with pytest.raises(ValueError, match="position_embedding.*'learned', 'learned_2d', 'sincos_2d', 'none'"):
+        PatchEncoder(2, 8, 2, position_embedding="relative")
+
+
+def test_gap_encoder_without_class_token():
+    encoder = PatchEncoder(2, 8, grid_size=2, class_token=False)
+    assert encoder(np.zeros((3, 4, 4, 1), "float32")).shape == (3, 4, 8)
+    pooled = TokenPooling("gap", class_token=False)(np.arange(24, dtype="float32").reshape(1, 3, 8))
+    np.testing.assert_allclose(ops.convert_to_numpy(pooled), np.arange(24).reshape(3, 8).mean(0)[None])
+    with pytest.raises(ValueError, match="pooling"):
+        TokenPooling("token", class_token=False)
+
+
+def test_attention_weights_sum_to_one_and_match_fused_path():
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=(2, 5, 16)).astype("float32")
+    block = TransformerBlock(num_heads=4, mlp_dim=32)
+    fused = ops.convert_to_numpy(block(z))
+    explicit, weights = block(z, return_attention_scores=True)
+    weights = ops.convert_to_numpy(weights)
+    assert weights.shape == (2, 4, 5, 5)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(explicit), fused, atol=1e-5)
+
+
+def test_transformer_block_is_pre_ln_eq2_eq3():
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=(1, 3, 8)).astype("float32")
+    block = TransformerBlock(num_heads=2, mlp_dim=16)
+    out = ops.convert_to_numpy(block(z))
+
+    def layer_norm(x, norm):
+        gamma, beta = (ops.convert_to_numpy(w) for w in (norm.gamma, norm.beta))
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6) * gamma + beta
+
+    def dense(x, layer):
+        return x @ ops.convert_to_numpy(layer.kernel) + ops.convert_to_numpy(layer.bias)
+
+    def softmax(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    qkv = dense(layer_norm(z, block.norm1), block.attn.qkv).reshape(1, 3, 3, 2, 4)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    heads = softmax(q @ k.transpose(0, 1, 3, 2) / 2.0) @ v
+    z1 = dense(heads.transpose(0, 2, 1, 3).reshape(1, 3, 8), block.attn.out) + z
+    hidden = dense(layer_norm(z1, block.norm2), block.fc1)
+    gelu = 0.5 * hidden * (1 + np.vectorize(__import__("math").erf)(hidden / np.sqrt(2)))
+    np.testing.assert_allclose(out, dense(gelu, block.fc2) + z1, atol=1e-5)
+
+
+def test_heads_must_divide_hidden_size():
+    with pytest.raises(ValueError, match="hidden_size.*divisible by `num_heads`"):
+        TransformerBlock(num_heads=3, mlp_dim=8)(np.zeros((1, 2, 8), "float32"))
+
+
+def test_drop_path_drops_whole_samples_only_in_training():
+    block = TransformerBlock(num_heads=2, mlp_dim=8, drop_path=0.5)
+    z = np.ones((64, 3, 8), "float32")
+    np.testing.assert_array_equal(ops.convert_to_numpy(block.drop_path_layer(z)), z)
+    dropped = ops.convert_to_numpy(block.drop_path_layer(z, training=True))
+    per_sample = dropped.reshape(64, -1)
+    assert set(np.unique(per_sample)) <= {0.0, 2.0}
+    assert np.all(per_sample.min(1) == per_sample.max(1))  # whole sample kept or dropped
+    assert 0 < (per_sample[:, 0] == 0).sum() < 64
+
+
+@pytest.mark.parametrize("layer", [
+    Patches((2, 4)),
+    PatchEncoder(4, 8, (2, 3), class_token=False, position_embedding="learned_2d", dropout=0.1),
+    MultiHeadSelfAttention(2, attention_dropout=0.1),
+    TransformerBlock(2, 16, dropout=0.1, attention_dropout=0.2, drop_path=0.1, gelu_approximate=True),
+    TokenPooling("gap", class_token=True),
+])
+def test_layer_config_round_trip(layer):
+    config = layer.get_config()
+    clone = type(layer).from_config(config)
+    assert clone.get_config() == config
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(restored) is type(layer)

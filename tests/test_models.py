@@ -1,0 +1,187 @@
+"""Models: the paper's configs, reference parameter counts, serialization, bad configs, a real fit."""
+
+import numpy as np
+import pytest
+
+import keras
+import vit_keras
+from keras import ops
+
+# timm 1.0.31, num_classes=1000; printed by scripts/reference_param_counts.py.
+REFERENCE_PARAMS = {
+    "vit_ti16": 5717416,  # timm vit_tiny_patch16_224
+    "vit_s16": 22050664,  # timm vit_small_patch16_224
+    "vit_s32": 22878952,  # timm vit_small_patch32_224
+    "vit_b8": 86576872,  # timm vit_base_patch8_224
+    "vit_b16": 86567656,  # timm vit_base_patch16_224
+    "vit_b32": 88224232,  # timm vit_base_patch32_224
+    "vit_l16": 304326632,  # timm vit_large_patch16_224
+    "vit_l32": 306535400,  # timm vit_large_patch32_224
+    "vit_h14": 632045800,  # timm vit_huge_patch14_224
+    "vit_r26_s32": 36431912,  # timm vit_small_r26_s32_224
+    "vit_r50_b16": 98659112,  # timm vit_base_r50_s16_224
+    "vit_r50_l32": 328994856,  # timm vit_large_r50_s32_224
+}
+
+TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=2, num_classes=5)
+
+
+def tiny(**kwargs):
+    return vit_keras.create_model("vit_ti16", **{**TINY, **kwargs})
+
+
+def test_every_model_has_a_reference_count():
+    assert sorted(REFERENCE_PARAMS) == vit_keras.list_models()
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_PARAMS))
+def test_parameter_count_equals_reference(name):
+    model = vit_keras.create_model(name)
+    assert model.count_params() == REFERENCE_PARAMS[name]
+    keras.backend.clear_session()
+
+
+def test_convenience_functions_match_create_model():
+    model = vit_keras.vit_s16(image_size=32, num_classes=7, num_layers=1)
+    assert model.output_shape == (None, 7)
+    assert model.get_config()["hidden_size"] == 384 and model.get_config()["patch_size"] == 16
+
+
+@pytest.mark.parametrize("kwargs, output", [
+    (dict(), (None, 5)),
+    (dict(image_size=(32, 48)), (None, 5)),
+    (dict(pooling="gap"), (None, 5)),
+    (dict(include_top=False), (None, 32)),
+    (dict(representation_size=16), (None, 5)),
+    (dict(stem="conv", patch_size=4, channels=1), (None, 5)),
+    (dict(position_embedding="sincos_2d", channels=1, include_preprocessing=True), (None, 5)),
+])
+def test_shapes(kwargs, output):
+    model = tiny(**kwargs)
+    images = np.random.default_rng(0).uniform(size=(2, *model.input_shape[1:])).astype("float32")
+    assert model.output_shape == output
+    assert model.predict(images, verbose=0).shape == (2, *output[1:])
+
+
+def test_gap_pooling_has_no_class_token():
+    model = tiny(pooling="gap")
+    assert model.get_layer("embedding").num_tokens == 16
+    assert not hasattr(model.get_layer("embedding"), "cls")
+
+
+def test_hybrid_stem_takes_1x1_patches_of_the_feature_map():
+    model = vit_keras.create_model("vit_r26_s32", image_size=64, num_classes=3, num_layers=1)
+    embedding = model.get_layer("embedding")
+    assert embedding.patch_size == (1, 1) and embedding.grid_size == (2, 2)
+    assert model.get_layer("stem").output_channels == 2048
+    assert model.predict(np.zeros((1, 64, 64, 3), "float32"), verbose=0).shape == (1, 3)
+
+
+def test_attention_maps_for_every_layer():
+    model = tiny()
+    images = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype("float32")
+    maps = model.attention_maps(images, batch_size=2)
+    assert len(maps) == 2
+    for weights in maps:
+        assert weights.shape == (3, 2, 17, 17)
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+
+
+def test_save_load_round_trip_safe_mode(tmp_path):
+    model = tiny(pooling="gap", position_embedding="learned_2d", drop_path=0.1, stem="conv", patch_size=4,
+                 include_preprocessing=True)
+    images = np.random.default_rng(0).uniform(0, 255, size=(2, 32, 32, 3)).astype("float32")
+    expected = model.predict(images, verbose=0)
+    path = tmp_path / "m.keras"
+    model.save(path)
+    restored = keras.models.load_model(path, safe_mode=True)
+    assert isinstance(restored, vit_keras.VisionTransformer)
+    assert restored.get_config() == model.get_config()
+    np.testing.assert_array_equal(restored.predict(images, verbose=0), expected)
+
+
+def test_hybrid_save_load_round_trip(tmp_path):
+    model = vit_keras.create_model("vit_r26_s32", image_size=32, num_classes=3, num_layers=1, hidden_size=32,
+                                   num_heads=2, mlp_dim=32)
+    images = np.random.default_rng(0).normal(size=(1, 32, 32, 3)).astype("float32")
+    model.save(tmp_path / "h.keras")
+    restored = keras.models.load_model(tmp_path / "h.keras")
+    np.testing.assert_array_equal(restored.predict(images, verbose=0), model.predict(images, verbose=0))
+
+
+def test_resize_position_embedding_identity_and_smooth():
+    rng = np.random.default_rng(0)
+    pos = rng.normal(size=(1, 1 + 16, 8)).astype("float32")
+    np.testing.assert_allclose(vit_keras.resize_position_embedding(pos, (4, 4)), pos, atol=1e-6)
+    # a smooth field stays smooth: bicubic reproduces a linear ramp inside the grid
+    ramp = np.linspace(-1, 1, 4)
+    field = (ramp[:, None, None] + 2 * ramp[None, :, None]) * np.ones((1, 1, 8))
+    pos = np.concatenate([rng.normal(size=(1, 1, 8)), field.reshape(1, 16, 8)], axis=1).astype("float32")
+    big = vit_keras.resize_position_embedding(pos, (8, 6))
+    assert big.shape == (1, 1 + 48, 8)
+    np.testing.assert_array_equal(big[:, 0], pos[:, 0])  # the class-token row is kept
+    grid = big[0, 1:, 0].reshape(8, 6)
+    assert np.all(np.diff(grid[2:-2, 1:-1], axis=0) > 0) and np.all(np.diff(grid[2:-2, 1:-1], axis=1) > 0)
+    assert np.abs(np.diff(grid, axis=0)).max() < 0.6
+
+
+def test_resize_model_keeps_predictions_at_the_same_size_and_runs_at_a_new_one():
+    model = tiny(image_size=(32, 32))
+    images = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    same = vit_keras.resize_model(model, 32)
+    np.testing.assert_allclose(same.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-5)
+    bigger = vit_keras.resize_model(model, (48, 64))
+    assert bigger.get_layer("embedding").pos_embedding.shape == (1, 1 + 6 * 8, 32)
+    assert bigger.predict(np.zeros((1, 48, 64, 3), "float32"), verbose=0).shape == (1, 5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(image_size=30), r"`image_size`=\(30, 30\) is not divisible by `patch_size`"),
+    (dict(hidden_size=30, num_heads=4), r"`hidden_size`=30 must be divisible by `num_heads`=4"),
+    (dict(pooling="max"), r"Unknown `pooling`='max'; valid values are 'token', 'gap'"),
+    (dict(position_embedding="rope"), r"Unknown `position_embedding`='rope'; valid values are 'learned'"),
+    (dict(stem="vgg"), r"Unknown `stem`='vgg'"),
+    (dict(stem="conv", patch_size=6, image_size=36), r"`stem`='conv' needs a power-of-two `patch_size`"),
+    (dict(num_layers=0), r"`num_layers` must be a positive int"),
+])
+def test_invalid_configs_raise_at_build_time(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny(**kwargs)
+
+
+def test_unknown_model_name_lists_valid_names():
+    with pytest.raises(ValueError, match=r"Unknown model name 'vit_z16'; valid names are .*vit_b16"):
+        vit_keras.create_model("vit_z16")
+
+
+def test_wrong_channel_count_at_call_time():
+    model = tiny()
+    with pytest.raises(ValueError, match=r"takes images with `channels`=3"):
+        model.predict(np.zeros((1, 32, 32, 1), "float32"), verbose=0)
+
+
+def test_fit_on_real_fashion_mnist_lowers_the_loss():
+    from vit_keras.data import load_arrays
+
+    images, labels, names = load_arrays("fashion_mnist", split="train", limit=1024)
+    assert images.shape == (1024, 28, 28, 1) and len(names) == 10
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32,
+                                   num_heads=2, mlp_dim=64, num_layers=1, num_classes=10,
+                                   include_preprocessing=True)
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = model.evaluate(images, labels, verbose=0)
+    model.fit(images, labels, batch_size=64, epochs=2, verbose=0)
+    after = model.evaluate(images, labels, verbose=0)
+    assert after < 0.8 * before, (before, after)
+
+
+def test_mixed_precision_keeps_logits_float32():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = tiny()
+        logits = model(np.zeros((1, 32, 32, 3), "float32"))
+        assert ops.dtype(logits) == "float32"
+        assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
