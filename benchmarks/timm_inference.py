@@ -1,0 +1,34 @@
+"""timm's inference images/s for the given model names; prints one JSON line. Used by `vit-keras bench`.
+
+Needs torch and timm (pip install torch==2.14.1 torchvision==0.29.1 timm); not part of CI.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import timm
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("names", nargs="+")
+parser.add_argument("--batch-size", type=int, default=16)
+parser.add_argument("--image-size", type=int, default=224)
+parser.add_argument("--repeats", type=int, default=5)
+args = parser.parse_args()
+
+rates = {}
+for name in args.names:
+    model = timm.create_model(name, pretrained=False, img_size=args.image_size).eval()
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
+    with torch.inference_mode():
+        for _ in range(2):
+            model(images)
+        times = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            model(images)
+            times.append(time.perf_counter() - start)
+    rates[name] = args.batch_size / statistics.median(times)
+print(json.dumps(rates))

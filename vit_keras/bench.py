@@ -1,0 +1,105 @@
+"""Inference throughput of the paper's models, and how close it comes to the machine's matmul peak.
+
+    vit-keras bench [--timm-python /path/to/python-with-timm]
+
+Prints images/s for ViT-Ti/16, S/16 and B/16 at 224, batch 16, float32, with XLA
+on and off, the fraction of the measured fp32 matmul peak, and timm's figures
+measured in the same run by a child process (``--timm-python``: an interpreter
+that has timm; by default this one) right after ours.
+"""
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .models import MODELS, VARIANTS
+
+DEFAULT_MODELS = ("vit_ti16", "vit_s16", "vit_b16")
+TIMM_NAMES = {"vit_ti16": "vit_tiny_patch16_224", "vit_s16": "vit_small_patch16_224",
+              "vit_b16": "vit_base_patch16_224", "vit_s32": "vit_small_patch32_224",
+              "vit_b32": "vit_base_patch32_224"}
+
+
+def vit_flops(name, image_size=224, num_classes=1000):
+    """Multiply-add FLOPs (x2) of one image through a plain ViT: the matmuls, which are ~all of it."""
+    variant, patch, stem = MODELS[name]
+    if stem:
+        raise ValueError(f"vit_flops counts plain ViTs only; got the hybrid {name!r}.")
+    cfg = VARIANTS[variant]
+    d, m, layers = cfg["hidden_size"], cfg["mlp_dim"], cfg["num_layers"]
+    n = (image_size // patch) ** 2
+    t = n + 1
+    per_block = 2 * t * d * 3 * d + 2 * 2 * t * t * d + 2 * t * d * d + 2 * 2 * t * d * m
+    return 2 * n * patch * patch * 3 * d + layers * per_block + 2 * d * num_classes
+
+
+def timed(fn, warmup=2, repeats=5):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak_gflops(size=1024, repeats=20):
+    """Sustained fp32 GEMM rate of this machine through TensorFlow (the ceiling for a ViT)."""
+    import tensorflow as tf
+
+    a = tf.random.normal((size, size))
+    b = tf.random.normal((size, size))
+    step = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
+    seconds = timed(lambda: [step() for _ in range(repeats)][-1].numpy()) / repeats
+    return 2 * size ** 3 / seconds / 1e9
+
+
+def keras_throughput(name, batch, image_size, jit, repeats):
+    import keras
+    import tensorflow as tf
+
+    from .models import create_model
+
+    keras.backend.clear_session()
+    model = create_model(name, image_size=image_size)
+    images = tf.random.normal((batch, image_size, image_size, 3))
+    forward = tf.function(lambda x: model(x, training=False), jit_compile=jit)
+    seconds = timed(lambda: forward(images).numpy(), repeats=repeats)
+    return batch / seconds
+
+
+def timm_throughput(python, names, batch, image_size, repeats):
+    """timm's images/s, measured by benchmarks/timm_inference.py in ``python`` (or this interpreter)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "timm_inference.py"
+    names = [n for n in names if n in TIMM_NAMES]
+    command = [python or sys.executable, str(script), "--batch-size", str(batch), "--image-size", str(image_size),
+               "--repeats", str(repeats), *[TIMM_NAMES[n] for n in names]]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        print(f"(timm not measured: {result.stderr.strip().splitlines()[-1] if result.stderr else 'failed'})")
+        return {}
+    rates = json.loads(result.stdout.strip().splitlines()[-1])
+    return {n: rates[TIMM_NAMES[n]] for n in names}
+
+
+def main(names=DEFAULT_MODELS, batch=16, image_size=224, repeats=5, timm_python=None):
+    peak = matmul_peak_gflops()
+    print(f"fp32 matmul peak (TensorFlow, 1024^3 GEMM): {peak:.1f} GFLOPS")
+    ours = {}
+    for name in names:
+        for jit in (True, False):
+            ours[name, jit] = keras_throughput(name, batch, image_size, jit, repeats)
+    theirs = timm_throughput(timm_python, names, batch, image_size, repeats)
+    header = f"{'model':10} {'XLA img/s':>10} {'no-XLA img/s':>13} {'% of peak':>10} {'timm img/s':>11} {'ours/timm':>10}"
+    print(f"\ninference, batch {batch}, {image_size}x{image_size}, float32\n" + header)
+    for name in names:
+        best = max(ours[name, True], ours[name, False])
+        fraction = best * vit_flops(name, image_size) / 1e9 / peak
+        timm = theirs.get(name)
+        timm_text = f"{timm:11.1f} {best / timm:10.2f}" if timm else f"{'-':>11} {'-':>10}"
+        print(f"{name:10} {ours[name, True]:10.1f} {ours[name, False]:13.1f} {100 * fraction:9.0f}% {timm_text}")
+    return ours, theirs
