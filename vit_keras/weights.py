@@ -1,0 +1,291 @@
+"""Pretrained weights in and out of a ``VisionTransformer``.
+
+    load_weights(model, "ViT-B_16.npz")                   # Google / AugReg / hybrid / big_vision .npz
+    load_weights(model, "model.safetensors")              # timm or Hugging Face ViT
+    load_weights(model, "https://.../x.npz#sha256=...")   # downloaded once into the cache
+    save_npz(model, "mine.npz")                           # the original Google layout
+
+Every format is first read into one canonical layout (google-research/vision_transformer's
+names and shapes, see ``weights_google``), then checked against the model as a whole:
+nothing is assigned until every array fits, so a model is never left half-loaded.
+What may legitimately differ is handled, with a warning, the paper's way:
+  * another number of classes (or a checkpoint without a head): the head is skipped and keeps
+    its fresh initialization, and so is a checkpoint's ``pre_logits`` layer if the model has none
+    (fine-tuning replaces the whole head, section 3.2);
+  * another image size: the position embedding is resampled to the model's grid with
+    ``resize_position_embedding`` (2-D bicubic, a = -0.5, antialiased: PyTorch's
+    ``interpolate(mode="bicubic", antialias=True)``, timm's ``resample_abs_pos_embed`` default);
+  * a 1-channel model and an RGB patch embedding: the kernel is summed over RGB (exact for
+    grey images, which are R = G = B).
+Anything else is a ValueError that lists every mismatched, missing and unexpected name.
+"""
+
+import logging
+import os
+import tempfile
+import warnings
+
+import numpy as np
+from keras import ops
+
+from . import stems
+from .models import VisionTransformer, resize_position_embedding
+from .weights_fetch import resolve
+from .weights_google import POS, canonical_google, read_npz
+from .weights_torch import canonical_torch, read_safetensors
+
+log = logging.getLogger("vit_keras.weights")
+
+# Not in any Google file: our own names so that save_npz -> load_weights round-trips these options too.
+POS_ROW, POS_COL, POS_CLS = (f"Transformer/posembed_input/{n}" for n in ("pos_row", "pos_col", "pos_cls"))
+
+
+class Slot:
+    """One Keras variable and the canonical arrays it is made of (several for the fused qkv)."""
+
+    def __init__(self, names, variable, pack=None, unpack=None):
+        self.names, self.variable = tuple(names), variable
+        self.pack = pack or (lambda arrays: arrays[0])
+        self.unpack = unpack or (lambda value: [value])
+
+
+def _dense(prefix, layer):
+    return [Slot([prefix + "/kernel"], layer.kernel), Slot([prefix + "/bias"], layer.bias)]
+
+
+def _norm(prefix, layer):
+    return [Slot([prefix + "/scale"], layer.gamma), Slot([prefix + "/bias"], layer.beta)]
+
+
+def _attention_slots(prefix, attn):
+    heads, head_dim = attn.num_heads, attn.head_dim
+    d = heads * head_dim
+    qkv = [f"{prefix}{n}" for n in ("query", "key", "value")]
+    return [
+        Slot([n + "/kernel" for n in qkv], attn.qkv.kernel,
+             lambda a: np.concatenate([x.reshape(x.shape[0], -1) for x in a], axis=1),
+             lambda v: [x.reshape(-1, heads, head_dim) for x in np.split(v, 3, axis=1)]),
+        Slot([n + "/bias" for n in qkv], attn.qkv.bias,
+             lambda a: np.concatenate([x.reshape(-1) for x in a]),
+             lambda v: [x.reshape(heads, head_dim) for x in np.split(v, 3)]),
+        Slot([prefix + "out/kernel"], attn.out.kernel,
+             lambda a: a[0].reshape(-1, a[0].shape[-1]), lambda v: [v.reshape(heads, head_dim, d)]),
+        Slot([prefix + "out/bias"], attn.out.bias),
+    ]
+
+
+def _stem_slots(stem):
+    if isinstance(stem, stems.ResNetV2Stem):
+        slots = [Slot(["conv_root/kernel"], stem.conv_root.kernel), *_norm("gn_root", stem.gn_root)]
+        for unit in stem.units:
+            for key, layer in unit.items():  # layer names are block{b}_unit{u}_{key}
+                name = layer.name.replace("_unit", "/unit").replace(f"_{key}", f"/{key}")
+                slots += [Slot([name + "/kernel"], layer.kernel)] if key.startswith("conv") else _norm(name, layer)
+        return slots
+    slots = []  # ConvStem has no Google layout: our own names, for save/load round trips
+    for i, (conv, bn) in enumerate(stem.blocks):
+        slots.append(Slot([f"conv_stem/conv{i}/kernel"], conv.kernel))
+        for ours, var in (("scale", bn.gamma), ("bias", bn.beta), ("mean", bn.moving_mean),
+                          ("var", bn.moving_variance)):
+            slots.append(Slot([f"conv_stem/bn{i}/{ours}"], var))
+    return slots
+
+
+def model_slots(model):
+    """The canonical name(s) behind every weight of a ``VisionTransformer``, in layer order."""
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"`model` must be a vit_keras VisionTransformer (e.g. from create_model); "
+                         f"got {type(model).__name__}.")
+    names = {layer.name for layer in model.layers}
+    slots = _stem_slots(model.get_layer("stem")) if "stem" in names else []
+    emb = model.get_layer("embedding")
+    slots += [Slot(["embedding/kernel"], emb.kernel), Slot(["embedding/bias"], emb.bias)]
+    if emb.class_token:
+        slots.append(Slot(["cls"], emb.cls))
+    if emb.position_embedding == "learned":
+        slots.append(Slot([POS], emb.pos_embedding))
+    elif emb.position_embedding == "learned_2d":
+        slots += [Slot([POS_ROW], emb.pos_row), Slot([POS_COL], emb.pos_col)]
+        slots += [Slot([POS_CLS], emb.pos_cls)] if emb.class_token else []
+    for i in range(model.vit_config["num_layers"]):
+        block, prefix = model.get_layer(f"encoderblock_{i}"), f"Transformer/encoderblock_{i}/"
+        slots += _norm(prefix + "LayerNorm_0", block.norm1)
+        slots += _attention_slots(prefix + "MultiHeadDotProductAttention_1/", block.attn)
+        slots += _norm(prefix + "LayerNorm_2", block.norm2)
+        slots += _dense(prefix + "MlpBlock_3/Dense_0", block.fc1) + _dense(prefix + "MlpBlock_3/Dense_1", block.fc2)
+    slots += _norm("Transformer/encoder_norm", model.get_layer("encoder_norm"))
+    for name in ("pre_logits", "head"):
+        if name in names:
+            slots += _dense(name, model.get_layer(name))
+    return slots
+
+
+def model_arrays(model):
+    """A model's weights as the canonical (Google) name -> float32 array dict."""
+    arrays = {}
+    for slot in model_slots(model):
+        arrays.update(zip(slot.names, slot.unpack(ops.convert_to_numpy(slot.variable))))
+    return arrays
+
+
+def save_npz(model, path):
+    """Write ``model``'s weights as an ``.npz`` in the original Google layout (atomically)."""
+    path = os.fspath(path)
+    arrays = model_arrays(model)
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temp = tempfile.mkstemp(prefix=".save-", suffix=".npz", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.remove(temp)
+    return path
+
+
+def read_checkpoint(path, num_heads):
+    """A local checkpoint file in any supported format -> canonical name -> array."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        magic = f.read(9)
+    if magic[:2] == b"PK":
+        return canonical_google(read_npz(path))
+    if len(magic) == 9 and magic[8:9] == b"{":
+        return canonical_torch(read_safetensors(path), num_heads)
+    if path.endswith(".npz"):
+        return canonical_google(read_npz(path))  # raises the corrupt-file error
+    if path.endswith(".safetensors"):
+        return canonical_torch(read_safetensors(path), num_heads)
+    raise ValueError(
+        f"{path} is neither an .npz (Google, AugReg, big_vision) nor a .safetensors (timm, Hugging Face) "
+        "checkpoint. PyTorch pickles (.bin, .pth) are not read: save them with safetensors first."
+    )
+
+
+def load_weights(model, weights, cache_dir=None, sha256=None):
+    """Load a checkpoint (path or http(s) URL) into ``model``, all or nothing; returns ``model``."""
+    model_slots(model)  # fail on a wrong `model` before any download
+    path = resolve(weights, cache_dir=cache_dir, sha256=sha256)
+    num_heads = model.get_layer("encoderblock_0").num_heads
+    checkpoint = read_checkpoint(path, num_heads)
+    plan = plan_assignment(model, checkpoint, source=path)
+    for variable, value in plan:
+        variable.assign(value)
+    return model
+
+
+def _warn(message):
+    warnings.warn(message, UserWarning, stacklevel=6)  # the caller of load_weights
+
+
+def _adapt(model, checkpoint, expected):
+    """Apply the allowed differences (head, pre_logits, image size, grey input) in place."""
+    _skip_head(checkpoint, expected)
+    _resample_position(model, checkpoint, expected)
+    _sum_rgb_kernel(model, checkpoint, expected)
+
+
+def _skip_head(checkpoint, expected):
+    head, model_head = checkpoint.get("head/kernel"), expected.get("head/kernel")
+    if model_head is not None and head is None:
+        _warn("The checkpoint has no classification head: the model's head keeps its fresh initialization.")
+    elif model_head is not None and head.ndim == 2 and head.shape != model_head.shape \
+            and head.shape[0] == model_head.shape[0]:
+        _warn(f"Skipping the checkpoint's head: it has {head.shape[1]} classes and the model {model_head.shape[1]} "
+              "(fine-tuning); the model's head keeps its fresh initialization.")
+    elif model_head is not None or head is None:
+        return  # both have the same head, or neither has one
+    # else include_top=False: the features are what was asked for
+    for name in ("head/kernel", "head/bias"):
+        expected.pop(name, None)
+        checkpoint.pop(name, None)
+    if "pre_logits/kernel" in checkpoint and "pre_logits/kernel" not in expected:
+        _warn("Skipping the checkpoint's pre_logits layer with its head (the model has representation_size=None).")
+        for name in ("pre_logits/kernel", "pre_logits/bias"):
+            checkpoint.pop(name, None)
+
+
+def _resample_position(model, checkpoint, expected):
+    pos, want = checkpoint.get(POS), expected.get(POS)
+    if pos is None or want is None or pos.ndim != 3 or pos.shape == want.shape or pos.shape[2] != want.shape[2]:
+        return
+    emb = model.get_layer("embedding")
+    prefix = int(emb.class_token and "cls" in checkpoint)
+    side = int(round((pos.shape[1] - prefix) ** 0.5))
+    if side > 0 and side * side == pos.shape[1] - prefix:  # Google's grids are square
+        checkpoint[POS] = resize_position_embedding(pos, emb.grid_size, (side, side), prefix)
+        log.info("Resampled the position embedding from a %dx%d grid to %s.", side, side, emb.grid_size)
+
+
+def _sum_rgb_kernel(model, checkpoint, expected):
+    kernel, want = checkpoint.get("embedding/kernel"), expected.get("embedding/kernel")
+    if kernel is None or want is None or "stem" in [layer.name for layer in model.layers]:
+        return
+    if kernel.ndim == 4 and kernel.shape[2] == 3 and want.shape[2] == 1 \
+            and kernel.shape[:2] + kernel.shape[3:] == want.shape[:2] + want.shape[3:]:
+        _warn("The model takes 1-channel images: summing the RGB patch-embedding kernel over channels.")
+        checkpoint["embedding/kernel"] = kernel.sum(axis=2, keepdims=True)
+
+
+def _block_count(names):
+    return len({n.split("/")[1] for n in names if n.startswith("Transformer/encoderblock_")})
+
+
+HINTS = [
+    (lambda c, e: _block_count(c) != _block_count(e),
+     lambda c, e: f"the checkpoint has {_block_count(c)} encoder blocks and the model {_block_count(e)}: "
+                  f"use num_layers={_block_count(c)}"),
+    (lambda c, e: "conv_root/kernel" in c and "conv_root/kernel" not in e,
+     "the checkpoint is a hybrid (ResNet stem): create vit_r26_s32, vit_r50_b16 or vit_r50_l32"),
+    (lambda c, e: "conv_root/kernel" in e and "conv_root/kernel" not in c,
+     "the model is a hybrid but the checkpoint has no ResNet stem"),
+    (lambda c, e: "pre_logits/kernel" in c and "pre_logits/kernel" not in e,
+     "the checkpoint has a pre_logits (representation) layer: pass representation_size="
+     "<its width> to keep it, or a different num_classes to drop it with the head"),
+    (lambda c, e: "pre_logits/kernel" in e and "pre_logits/kernel" not in c,
+     "the model has a pre_logits layer the checkpoint lacks: use representation_size=None"),
+    (lambda c, e: POS in c and POS not in e,
+     "the checkpoint has a learned position embedding: use position_embedding='learned'"),
+    (lambda c, e: any(k.startswith("MAPHead") for k in c),
+     "attention-pooling (MAP) heads are not supported"),
+    (lambda c, e: any(k.startswith("fc_norm.") for k in c),
+     "timm's fc_norm (a LayerNorm after average pooling) is not supported: our GAP pools after encoder_norm"),
+    (lambda c, e: "cls" in e and "cls" not in c,
+     "the checkpoint has no class token: use pooling='gap' (class_token=False)"),
+]
+
+
+def plan_assignment(model, checkpoint, source="checkpoint"):
+    """(variable, value) for every weight of ``model``, or a ValueError listing everything that does not fit."""
+    checkpoint = dict(checkpoint)
+    slots = model_slots(model)
+    expected = {}
+    for slot in slots:
+        expected.update(zip(slot.names, slot.unpack(np.zeros(slot.variable.shape, "float32"))))
+    original = dict(checkpoint)
+    _adapt(model, checkpoint, expected)
+    mismatched = [n for n in expected if n in checkpoint and checkpoint[n].shape != expected[n].shape]
+    missing = [n for n in expected if n not in checkpoint]
+    unexpected = sorted(n for n in checkpoint if n not in expected)
+    if mismatched or missing or unexpected:
+        lines = [f"  shape mismatch: {n}: checkpoint {tuple(checkpoint[n].shape)}, model {tuple(expected[n].shape)}"
+                 for n in mismatched]
+        lines += [f"  missing from checkpoint: {n} {tuple(expected[n].shape)}" for n in missing]
+        lines += [f"  unexpected in checkpoint: {n} {tuple(checkpoint[n].shape)}" for n in unexpected]
+        hints = [text(original, expected) if callable(text) else text
+                 for test, text in HINTS if test(original, expected)]
+        raise ValueError(
+            f"The checkpoint {source} does not fit model {model.name!r} ({len(mismatched)} shape mismatches, "
+            f"{len(missing)} missing, {len(unexpected)} unexpected); nothing was loaded.\n" + "\n".join(lines)
+            + "".join(f"\nHint: {h}." for h in hints)
+        )
+    plan = []
+    for slot in slots:
+        if not all(n in expected for n in slot.names):
+            continue  # a skipped head
+        value = np.asarray(slot.pack([checkpoint[n] for n in slot.names]), dtype=slot.variable.dtype)
+        if tuple(value.shape) != tuple(slot.variable.shape):  # cannot happen once names and shapes agree
+            raise ValueError(f"{slot.names[0]}: packed shape {value.shape} != variable shape {slot.variable.shape}")
+        plan.append((slot.variable, value))
+    return plan
