@@ -126,7 +126,11 @@ class ResNetV2Stem(keras.layers.Layer):
 
 @register
 class ConvStem(keras.layers.Layer):
-    """log2(P) blocks of 3x3 stride-2 conv -> BatchNorm -> ReLU, widening to hidden_size / 2."""
+    """log2(P) blocks of 3x3 stride-2 conv -> BatchNorm -> ReLU, widening to hidden_size / 2.
+
+    BatchNorm momentum is 0.9, not Keras's 0.99: short small-data runs (a few hundred
+    steps) otherwise end with stale moving statistics and poor inference accuracy.
+    """
 
     def __init__(self, patch_size, hidden_size, **kwargs):
         super().__init__(**kwargs)
@@ -138,7 +142,7 @@ class ConvStem(keras.layers.Layer):
         widths = [max(self.hidden_size // 2 ** (steps - i), 16) for i in range(steps)]
         self.blocks = [
             (keras.layers.Conv2D(w, 3, strides=2, padding="same", use_bias=False, name=f"conv{i}"),
-             keras.layers.BatchNormalization(name=f"bn{i}"))
+             keras.layers.BatchNormalization(momentum=0.9, name=f"bn{i}"))
             for i, w in enumerate(widths)
         ]
         self.stride = self.patch_size

@@ -1,0 +1,58 @@
+"""`vit-keras classify MODEL.tflite IMAGE... [--top-k 5] [--json]`: classify image files and folders."""
+
+import argparse
+
+HELP = "Classify images with a .tflite model (LiteRT, labels and normalization from the model's metadata)."
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_arguments(parser):
+    parser.add_argument("model", help="a .tflite exported by `vit-keras export`")
+    parser.add_argument("images", nargs="+", help="image files or folders of images")
+    parser.add_argument("--top-k", type=_positive, default=5, help="labels to show per image (default 5)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--threads", type=_positive, default=None, help="LiteRT CPU threads (default: up to 4)")
+    parser.add_argument("--runtime", choices=("interpreter", "compiled"), default="interpreter",
+                        help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
+                             "CompiledModel")
+
+
+def run(args):
+    import json
+    import sys
+
+    from apps.classifier import Classifier
+    from apps.images import ImageError, list_images
+
+    files = list_images(args.images)
+    if not files:
+        raise ValueError("no images found in " + ", ".join(args.images))
+    classifier = Classifier(args.model, threads=args.threads, runtime=args.runtime)
+    results, failures = [], 0
+    for path in files:
+        try:
+            p = classifier.classify(path, top_k=args.top_k)
+        except ImageError as error:
+            failures += 1
+            results.append({"path": path, "error": str(error)})
+            if not args.json:
+                print(f"{path}: error: {error}", file=sys.stderr)
+            continue
+        results.append({"path": path, "top": [{"label": label, "score": round(score, 6)} for label, score in p.top],
+                        "inference_ms": round(p.inference_ms, 3), "total_ms": round(p.total_ms, 3)})
+        if not args.json:
+            ranked = "  ".join(f"{label} {score:.3f}" for label, score in p.top)
+            print(f"{path}  [{p.inference_ms:.2f} ms model, {p.total_ms:.2f} ms total]\n    {ranked}")
+    if args.json:
+        document = {"model": classifier.name, "description": classifier.info.description,
+                    "input": {"height": classifier.height, "width": classifier.width,
+                              "channels": classifier.channels, "dtype": str(classifier.input_dtype)},
+                    "results": results}
+        print(json.dumps(document, indent=2))
+    return 1 if failures else 0

@@ -1,0 +1,52 @@
+"""`vit-keras evaluate`: loss, accuracy and a per-class table of a trained model on a dataset's test split."""
+
+import os
+
+HELP = "Evaluate a trained model (.keras): loss, accuracy, per-class table, optional confusion-matrix PNG."
+
+
+def add_arguments(parser):
+    parser.add_argument("model", help="a trained model, e.g. runs/fashion_mnist/model.keras")
+    parser.add_argument("--data", default="fashion_mnist", help="fashion_mnist | tfds:NAME | folder:PATH")
+    parser.add_argument("--split", choices=("test", "val", "train"), default="test",
+                        help="split to evaluate (a folder's test split is its seeded held-out part)")
+    parser.add_argument("--confusion", default=None, help="write the confusion matrix as this PNG")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N images")
+    parser.add_argument("--data-dir", default=None, help="tfds data_dir")
+    parser.add_argument("--val-fraction", type=float, default=0.1, help="as used for training a folder dataset")
+    parser.add_argument("--seed", type=int, default=0, help="the folder split's seed, as used for training")
+
+
+def run(args):
+    if not os.path.isfile(args.model):
+        raise FileNotFoundError(f"Model {args.model!r} does not exist (expected a .keras file from `vit-keras train`).")
+    if not args.model.endswith(".keras"):
+        raise ValueError(f"MODEL must be a .keras file; got {args.model!r}.")
+    if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
+        raise ValueError("--batch-size and --limit must be positive integers.")
+    import keras
+
+    import vit_keras  # noqa: F401  (registers the layers for safe loading)
+    from vit_keras.data import load_dataset
+    from vit_keras.evaluation import evaluate_arrays, format_report, save_confusion_png
+
+    model = keras.saving.load_model(args.model, compile=False)
+    data = load_dataset(args.data, args.split, limit=args.limit, seed=args.seed, data_dir=args.data_dir,
+                        val_fraction=args.val_fraction)
+    labels_path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "labels.txt")
+    if os.path.exists(labels_path):
+        with open(labels_path) as f:
+            trained = [line.rstrip("\n") for line in f if line.strip()]
+        if trained != data.class_names:
+            print(f"warning: {labels_path} lists classes {trained[:4]}... but the data has {data.class_names[:4]}...")
+    result = evaluate_arrays(model, data.images, data.labels, data.class_names, batch_size=args.batch_size)
+    print(f"{args.model} on {args.data} ({args.split})")
+    if data.skipped:
+        print(f"skipped {len(data.skipped)} unreadable image(s)")
+    print(format_report(result))
+    if args.confusion:
+        save_confusion_png(result["confusion"], data.class_names, args.confusion,
+                           title=f"{os.path.basename(args.model)} on {args.data}: accuracy {result['accuracy']:.4f}")
+        print(f"confusion matrix: {args.confusion}")
+    return 0

@@ -1,0 +1,35 @@
+"""`vit-keras export`: a trained .keras ViT -> .tflite with metadata (labels, normalization) for Android/MediaPipe."""
+
+HELP = "Export a trained ViT (.keras) to TFLite (float32|float16|dynamic|int8) with metadata."
+QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
+
+
+def add_arguments(parser):
+    parser.add_argument("model", help="the .keras file of a trained run (labels.txt is read from beside it)")
+    parser.add_argument("--quantize", default="int8", metavar="|".join(QUANTIZATIONS),
+                        help="float32, float16, dynamic (range), or int8 (full integer, uint8 input; default)")
+    parser.add_argument("--calibration", default=None, metavar="DATA",
+                        help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH")
+    parser.add_argument("--calibration-size", type=int, default=300, help="calibration images (default 300)")
+    parser.add_argument("--out", default="model.tflite", help="output .tflite (written atomically)")
+    parser.add_argument("--labels", default=None, metavar="FILE", help="class names, one a line (default: beside MODEL)")
+    parser.add_argument("--dynamic-batch", action="store_true", help="a dynamic batch dimension instead of batch 1")
+    parser.add_argument("--name", default=None, help="model name in the metadata")
+    parser.add_argument("--description", default=None, help="model description in the metadata")
+    parser.add_argument("--version", default="1", help="model version in the metadata")
+    parser.add_argument("--license", default="Apache-2.0", help="license in the metadata")
+
+
+def run(args):
+    if args.quantize not in QUANTIZATIONS:  # before the slow imports
+        raise ValueError(f"Unknown --quantize {args.quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
+    from convert.export import export_tflite
+
+    summary = export_tflite(
+        args.model, args.out, quantize=args.quantize, calibration=args.calibration, labels=args.labels,
+        dynamic_batch=args.dynamic_batch, calibration_size=args.calibration_size, name=args.name,
+        description=args.description, version=args.version, license=args.license,
+    )
+    print(f"wrote {summary['path']} ({summary['bytes'] / 1e6:.2f} MB, {summary['quantize']}, input "
+          f"{summary['input_dtype']} {summary['input_shape']}, {summary['labels']} labels)")
+    return 0

@@ -1,0 +1,93 @@
+"""`vit-keras inspect MODEL.keras --out DIR`: the paper's Fig. 7 for your model.
+
+Writes attention_distance.png (mean attention distance per head against depth, over
+sample images), position_similarity.png (cosine similarity of the position embeddings)
+and embedding_filters.png (principal components of the patch-embedding filters), plus
+inspect.json with the numbers. A figure that does not apply (no position embedding, a
+hybrid's 1x1 patches) is skipped with a note.
+"""
+
+import json
+import os
+
+HELP = "Draw the paper's Fig. 7 for a model: attention distance, position-embedding similarity, filter PCA."
+
+
+def add_arguments(parser):
+    parser.add_argument("model", help="a saved VisionTransformer (.keras)")
+    parser.add_argument("--out", required=True, help="folder for the PNGs and inspect.json")
+    parser.add_argument("--images", nargs="*", default=None, metavar="IMAGE",
+                        help="image files for the attention distance (default: --data)")
+    parser.add_argument("--data", default="fashion_mnist",
+                        help="dataset spec for sample images: fashion_mnist | tfds:NAME | folder:PATH")
+    parser.add_argument("--limit", type=int, default=256, help="how many sample images (default 256)")
+    parser.add_argument("--components", type=int, default=28, help="principal components to draw (default 28)")
+
+
+def sample_images(args, model):
+    """0-255 float images at the model's input size and channels."""
+    import numpy as np
+
+    from vit_keras import visualize
+
+    if args.images:
+        return np.stack([visualize.load_image(path, model) for path in args.images])
+    from vit_keras.data import load_arrays
+
+    images, _, _ = load_arrays(args.data, split="test", limit=args.limit, seed=0)
+    return fit_to_model(images, model)
+
+
+def fit_to_model(images, model):
+    """Resize / convert uint8 (N, H, W, C) images to the model's (H, W, C)."""
+    import numpy as np
+    from PIL import Image
+
+    height, width, channels = model.input_shape[1:]
+    if images.shape[1:] == (height, width, channels):
+        return images.astype("float32")
+    mode = "L" if channels == 1 else "RGB"
+    out = []
+    for image in images:
+        image = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
+        array = np.asarray(image.convert(mode).resize((width, height), Image.BILINEAR), dtype="float32")
+        out.append(array[..., None] if channels == 1 else array)
+    return np.stack(out)
+
+
+def run(args):
+    if args.limit < 1:
+        raise ValueError(f"--limit must be >= 1; got {args.limit}.")
+    if args.components < 1:
+        raise ValueError(f"--components must be >= 1; got {args.components}.")
+    from apps.commands.explain import load_vit
+    from vit_keras import visualize
+
+    model = load_vit(args.model)
+    os.makedirs(args.out, exist_ok=True)
+    summary = {}
+    images = sample_images(args, model)
+    distance = visualize.attention_distance(model, images)
+    summary["attention_distance_px"] = distance.round(3).tolist()
+    path = visualize.plot_attention_distance(distance, os.path.join(args.out, "attention_distance.png"))
+    print(f"mean attention distance per block (px): {', '.join(f'{d:.1f}' for d in distance.mean(axis=1))} -> {path}")
+
+    if model.get_layer("embedding").position_embedding == "none":
+        print("position_similarity.png skipped: the model has no position embedding")
+    else:
+        similarity = visualize.position_similarity(model)
+        path = visualize.plot_position_similarity(similarity, os.path.join(args.out, "position_similarity.png"))
+        print(f"position-embedding similarity ({similarity.shape[0]}x{similarity.shape[1]} grid) -> {path}")
+
+    components, ratio = visualize.embedding_components(model, args.components)
+    summary["embedding_explained_variance"] = ratio.round(5).tolist()
+    if components.shape[-1] in (1, 3) and components.shape[1] > 1:
+        path = visualize.plot_embedding_components(components, os.path.join(args.out, "embedding_filters.png"), ratio)
+        print(f"{len(components)} principal components of the patch-embedding filters -> {path}")
+    else:
+        print("embedding_filters.png skipped: the embedding takes 1x1 patches of a stem's feature map, not pixels")
+    temp = os.path.join(args.out, "inspect.json.tmp")
+    with open(temp, "w") as f:
+        json.dump(summary, f, indent=1)
+    os.replace(temp, os.path.join(args.out, "inspect.json"))
+    return 0

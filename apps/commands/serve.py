@@ -1,0 +1,45 @@
+"""`vit-keras serve MODEL.tflite [--host 127.0.0.1] [--port 7860]`: the browser demo (Gradio, offline)."""
+
+import argparse
+
+HELP = "Serve a web page that classifies uploaded or example images with a .tflite model."
+
+
+def _port(text):
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"must be 1-65535, got {value}")
+    return value
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_arguments(parser):
+    parser.add_argument("model", help="a .tflite exported by `vit-keras export`")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    parser.add_argument("--port", type=_port, default=7860, help="port (default 7860)")
+    parser.add_argument("--keras", default=None, help="the matching .keras, for an attention overlay when the "
+                                                      ".tflite has no attention output (loads TensorFlow)")
+    parser.add_argument("--top-k", type=_positive, default=5, help="labels shown (default 5)")
+    parser.add_argument("--workers", type=_positive, default=2, help="concurrent inferences (default 2)")
+    parser.add_argument("--threads", type=_positive, default=None, help="LiteRT threads per inference")
+    parser.add_argument("--runtime", choices=("interpreter", "compiled"), default="interpreter",
+                        help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
+                             "CompiledModel")
+
+
+def run(args):
+    import os
+
+    from apps.web import serve
+
+    if args.keras and not os.path.isfile(args.keras):
+        raise FileNotFoundError(f"no such .keras file: {args.keras}")
+    serve(args.model, host=args.host, port=args.port, keras_path=args.keras, top_k=args.top_k,
+          workers=args.workers, threads=args.threads, runtime=args.runtime)
+    return 0

@@ -1,0 +1,94 @@
+"""`vit-keras train`: train a ViT on Fashion-MNIST, a tfds dataset or a folder of images; rerun to resume."""
+
+import os
+
+HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
+RECIPES = ("quick", "long")
+AUGMENTS = ("none", "flip", "crop", "randaugment")
+OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
+
+
+def add_arguments(parser):
+    parser.add_argument("--data", default="fashion_mnist",
+                        help="fashion_mnist | tfds:NAME | folder:PATH (one sub-folder per class). Default: fashion_mnist")
+    parser.add_argument("--out", required=True, help="run directory: model.keras, labels.txt, history.csv, config.json")
+    parser.add_argument("--model", default=None,
+                        help="a model name (vit_ti16, vit_s16, ...); default: the recipe's small ViT for the data's size")
+    parser.add_argument("--image-size", type=int, default=None, help="input size (default: from the data)")
+    parser.add_argument("--patch-size", type=int, default=None, help="override the model's patch size")
+    parser.add_argument("--hidden-size", type=int, default=None, help="override the model's width")
+    parser.add_argument("--num-layers", type=int, default=None, help="override the model's depth")
+    parser.add_argument("--num-heads", type=int, default=None, help="override the model's head count")
+    parser.add_argument("--mlp-dim", type=int, default=None, help="override the model's MLP width")
+    parser.add_argument("--recipe", choices=RECIPES, default="quick", help="hyper-parameter defaults (default: quick)")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None, help="global batch size (split over replicas)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="peak learning rate (default: the recipe's base LR * batch_size / 512)")
+    parser.add_argument("--weight-decay", type=float, default=None)
+    parser.add_argument("--label-smoothing", type=float, default=None)
+    parser.add_argument("--drop-path", type=float, default=None)
+    parser.add_argument("--warmup-epochs", type=float, default=None)
+    parser.add_argument("--augment", choices=AUGMENTS, default=None)
+    parser.add_argument("--mixup", type=float, default=None, help="MixUp alpha (0: off)")
+    parser.add_argument("--cutmix", type=float, default=None, help="CutMix factor (0: off)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="auto")
+    parser.add_argument("--weights", default=None,
+                        help="start from these weights: a .keras model (fine-tune; new head if the classes differ) "
+                             "or a checkpoint that `create_model(weights=...)` reads")
+    parser.add_argument("--data-dir", default=None, help="tfds data_dir")
+    parser.add_argument("--val-fraction", type=float, default=0.1, help="held-out fraction of a folder dataset")
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N examples of each split")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backup-every", type=int, default=None,
+                        help="back up for resumption every N steps (default: every epoch)")
+    parser.add_argument("--no-jit", action="store_true", help="run without XLA (jit_compile=False)")
+    parser.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
+
+
+def check_args(args):
+    """Early, clear errors for values argparse cannot check."""
+    for name in ("epochs", "batch_size", "image_size", "limit", "backup_every", *OVERRIDES):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer; got {value}.")
+    if not (args.data == "fashion_mnist" or args.data.startswith(("tfds:", "folder:"))):
+        raise ValueError(f"--data must be fashion_mnist, tfds:NAME or folder:PATH; got {args.data!r}.")
+    if args.data.startswith("folder:") and not os.path.isdir(args.data[7:]):
+        raise FileNotFoundError(f"--data folder {args.data[7:]!r} does not exist.")
+    if args.weights and not args.weights.startswith(("http://", "https://")) and not os.path.exists(args.weights):
+        raise FileNotFoundError(f"--weights {args.weights!r} does not exist.")
+    if args.model is not None:
+        from vit_keras.models import MODELS
+
+        if args.model not in MODELS:
+            raise ValueError(f"--model {args.model!r} is unknown; valid names are {', '.join(sorted(MODELS))}.")
+
+
+def run(args):
+    check_args(args)
+    from vit_keras import train
+
+    try:
+        config = train.train(
+            args.data, args.out, model_name=args.model, image_size=args.image_size, recipe=args.recipe,
+            epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, weight_decay=args.weight_decay,
+            label_smoothing=args.label_smoothing, drop_path=args.drop_path, augment=args.augment, mixup=args.mixup,
+            cutmix=args.cutmix, warmup_epochs=args.warmup_epochs, precision=args.precision, strategy=args.strategy,
+            weights=args.weights, seed=args.seed, limit=args.limit, data_dir=args.data_dir,
+            val_fraction=args.val_fraction, backup_every=args.backup_every or "epoch", jit_compile=not args.no_jit,
+            verbose=2 if args.quiet else "auto",
+            model_overrides={k: getattr(args, k) for k in OVERRIDES if getattr(args, k) is not None},
+        )
+    except train.NonFiniteLoss as error:
+        print(f"vit-keras train: stopped: {error}")
+        return 1
+    accuracy = config.get("final_val_accuracy")
+    summary = f"val accuracy {accuracy:.4f}" if accuracy is not None else "done"
+    print(f"Trained {config['model']} for {config['epochs']} epochs: {summary}. Model: "
+          f"{os.path.join(args.out, 'model.keras')}")
+    return 0

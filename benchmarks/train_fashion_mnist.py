@@ -1,0 +1,86 @@
+"""Training benchmark (prints figures; not a test).
+
+  python benchmarks/train_fashion_mnist.py --recipe quick          # the default recipe: target >= 92% in <= 10 min
+  python benchmarks/train_fashion_mnist.py --recipe long           # target >= 95% in <= 60 min
+  python benchmarks/train_fashion_mnist.py --vit-ti                # ViT-Ti/16 at 224, batch 32: training img/s
+  /work/.venv-ref/bin/python benchmarks/timm_train_throughput.py   # timm's figure on the same machine
+
+Prints the per-epoch curve, test accuracy, wall and CPU seconds, and the load average before and
+after: a load above the core count means the figures were measured under contention. The CPU-time
+figure (img per CPU-second x cores) estimates the rate on a quiet machine.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def cpu_seconds():
+    usage = os.times()
+    return usage.user + usage.system
+
+
+def train_recipe(args):
+    from vit_keras import train
+    from vit_keras.data import load_arrays
+    from vit_keras.evaluation import evaluate_arrays
+    import keras
+
+    out = args.out or f"/tmp/vit_keras_bench_{args.recipe}"
+    load_before, cpu_before, start = os.getloadavg(), cpu_seconds(), time.perf_counter()
+    config = train.train("fashion_mnist", out, recipe=args.recipe, epochs=args.epochs, batch_size=args.batch_size,
+                         precision=args.precision, verbose=2, tensorboard=False, jit_compile=not args.no_jit)
+    wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu_before
+    model = keras.saving.load_model(os.path.join(out, "model.keras"), compile=False)
+    images, labels, names = load_arrays("fashion_mnist", "test")
+    result = evaluate_arrays(model, images, labels, names)
+    with open(os.path.join(out, "history.csv")) as f:
+        curve = f.read()
+    figures = dict(recipe=args.recipe, params=model.count_params(), epochs=config["epochs"],
+                   batch_size=config["batch_size"], test_accuracy=round(result["accuracy"], 4),
+                   train_wall_s=round(wall, 1), train_cpu_s=round(cpu, 1),
+                   train_img_per_s_wall=round(config["epochs"] * config["train_examples"] / wall, 1),
+                   loadavg_before=load_before, loadavg_after=os.getloadavg(), cores=os.cpu_count())
+    print("history.csv:\n" + curve)
+    print(json.dumps(figures))
+
+
+def vit_ti_throughput(args):
+    import keras
+    import numpy as np
+
+    import vit_keras
+
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model("vit_ti16", image_size=224, num_classes=1000)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3, global_clipnorm=1.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=not args.no_jit)
+    batch, steps = 32, args.steps
+    x = np.random.default_rng(0).uniform(-1, 1, (batch * steps, 224, 224, 3)).astype("float32")
+    y = np.random.default_rng(1).integers(0, 1000, batch * steps)
+    model.fit(x[: batch * 2], y[: batch * 2], batch_size=batch, verbose=0)  # compile
+    load_before, cpu_before, start = os.getloadavg(), cpu_seconds(), time.perf_counter()
+    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+    wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu_before
+    n = batch * steps
+    print(json.dumps(dict(model="vit_ti16", image_size=224, batch_size=batch, steps=steps, jit=not args.no_jit,
+                          img_per_s=round(n / wall, 2), img_per_cpu_s_x_cores=round(n / cpu * os.cpu_count(), 2),
+                          loadavg_before=load_before, loadavg_after=os.getloadavg(), cores=os.cpu_count())))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", choices=("quick", "long"), default="quick")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--no-jit", action="store_true")
+    parser.add_argument("--vit-ti", action="store_true", help="ViT-Ti/16 training throughput instead")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps for --vit-ti")
+    args = parser.parse_args()
+    vit_ti_throughput(args) if args.vit_ti else train_recipe(args)

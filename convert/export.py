@@ -1,0 +1,294 @@
+"""Keras ViT -> .tflite: float32, float16, dynamic-range or full-integer int8, builtin ops only, with metadata.
+
+    from convert.export import export_tflite
+    export_tflite("run/model.keras", "model.tflite", quantize="int8", calibration="fashion_mnist")
+
+The file is written atomically (temp file + os.replace) after every check has
+passed, so a failed export never leaves a partial file behind.
+"""
+
+import os
+import re
+import tempfile
+
+import numpy as np
+
+from . import metadata as tflite_metadata
+
+QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
+# int8 keeps these ops in float. BATCH_MATMUL, SOFTMAX, GELU, RSQRT: XNNPACK has no int8
+# kernel for them, so in int8 each one splits the graph and runs on slow single-threaded
+# reference kernels (the 1.9x slowdown of a plain int8 ViT-Ti/16); MEAN, SUB, MUL: LayerNorm's
+# statistics, the most sensitive ops in the per-op sensitivity sweep (convert/sensitivity.py).
+# These are also the ViT ops known to lose accuracy in int8 (softmax, GELU, LayerNorm outliers).
+# Their QUANTIZE/DEQUANTIZE pairs run inside XNNPACK, so the graph stays one delegated partition
+# and the FULLY_CONNECTED / CONV_2D layers, where the time and the weights are, run in int8.
+INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL")
+INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op in XNNPACK
+INT8_FLOAT_NODES = ("layernorm_epsilon",)
+MIN_CALIBRATION_IMAGES = 100
+DEFAULT_CALIBRATION_IMAGES = 300
+
+
+def load_vit(path):
+    """A vit_keras VisionTransformer from a .keras file, with clear errors for anything else."""
+    import keras
+
+    from .graph import check_vit
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"`model` file {path!r} does not exist.")
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as error:  # keras raises many types for a foreign file
+        raise ValueError(f"`model` file {path!r} is not a Keras model saved by vit_keras: {error}") from error
+    return check_vit(model, source=path)
+
+
+def read_labels_file(path):
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"`labels` file {path!r} does not exist; pass --labels FILE (one class name a line).")
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def check_output_path(out):
+    out = os.path.abspath(os.fspath(out))
+    if os.path.isdir(out):
+        raise ValueError(f"`out` {out!r} is a directory; give a file name such as model.tflite.")
+    folder = os.path.dirname(out)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"`out` folder {folder!r} does not exist.")
+    if not os.access(folder, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
+        raise PermissionError(f"`out` {out!r} is not writable.")
+    return out
+
+
+def calibration_images(calibration, model, limit=DEFAULT_CALIBRATION_IMAGES):
+    """uint8 (N, H, W, C) calibration images from a data spec or an array, checked against the model."""
+    if calibration is None:
+        raise ValueError("int8 needs `calibration` data: 'fashion_mnist', 'tfds:NAME' or 'folder:PATH' "
+                         "(the training data spec), or an array of uint8 images.")
+    if isinstance(calibration, str):
+        from vit_keras.data import load_arrays
+
+        images = load_arrays(calibration, split="train", limit=limit)[0]
+    else:
+        images = np.asarray(calibration)[:limit]
+    height, width = model.vit_config["image_size"]
+    channels = model.vit_config["channels"]
+    if images.ndim != 4 or images.shape[1:] != (height, width, channels):
+        raise ValueError(f"`calibration` images have shape {images.shape[1:]} but the model takes "
+                         f"{(height, width, channels)} (height, width, channels); use the model's training data.")
+    if len(images) < MIN_CALIBRATION_IMAGES:
+        raise ValueError(f"`calibration` has {len(images)} images; int8 needs at least {MIN_CALIBRATION_IMAGES} "
+                         "real images (a few hundred is best).")
+    return images
+
+
+def to_rgb(images):
+    images = np.asarray(images, "float32")
+    return np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else images
+
+
+def representative_dataset(images):
+    rgb = to_rgb(images)
+    # One pixel at 0 and one at 255 pin the input range to [0, 255]: the uint8 input then
+    # carries raw pixels exactly (scale 1, zero point 0), as Android's classifiers feed them.
+    rgb[0, 0, 0], rgb[0, 0, 1] = 0.0, 255.0
+
+    def generate():
+        for image in rgb:
+            yield [image[None]]
+
+    return generate
+
+
+def unsupported_ops(model_bytes):
+    """Names of the custom / Flex (SELECT_TF_OPS) operators in a .tflite flatbuffer."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(model_bytes, 0)
+    names = []
+    for i in range(model.OperatorCodesLength()):
+        code = model.OperatorCodes(i)
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        if builtin == schema.BuiltinOperator.CUSTOM:
+            names.append((code.CustomCode() or b"?").decode("utf-8"))
+    return names
+
+
+def float_node_names(base_names, count=1000):
+    """TF names a repeated op name_1, name_2, ...; the quantizer matches exact node names."""
+    return [f"{name}_{i}" if i else name for name in base_names for i in range(count)]
+
+
+def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000):
+    """Full-integer model from a calibrated one: uint8 raw-pixel input, float32 scores, ``float_ops`` in float."""
+    import tensorflow as tf
+    from tensorflow.lite.python import convert as tf_convert
+    from tensorflow.lite.python import util as tf_util
+
+    nodes = float_node_names(INT8_FLOAT_NODES, num_norms) if "RSQRT" in float_ops else []
+    quantized = tf_convert.mlir_quantize(calibrated, fully_quantize=False, denylisted_ops=list(float_ops),
+                                         denylisted_nodes=nodes)
+    return tf_util.modify_model_io_type(quantized, tf.uint8, tf.float32)
+
+
+def convert(model, quantize="float32", calibration=None, dynamic_batch=False, float_ops=INT8_FLOAT_OPS):
+    """Converted flatbuffer bytes (no metadata yet); ValueError for anything but builtin ops."""
+    model_bytes = convert_graph(model, quantize, calibration, dynamic_batch)
+    if quantize == "int8":
+        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=2 * model.vit_config["num_layers"] + 1)
+    custom = unsupported_ops(model_bytes)
+    if custom:
+        raise ValueError(f"the {quantize} model needs non-builtin ops {', '.join(custom)}; "
+                         "vit-keras exports TFLite builtin ops only (no Flex/SELECT_TF_OPS or custom ops).")
+    return bytes(model_bytes)
+
+
+def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False):
+    """The TFLite converter's output: the final model, or for int8 the calibrated float model."""
+    import tensorflow as tf
+
+    from .graph import concrete_function
+
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
+    function = concrete_function(model, raw_pixels=quantize == "int8", batch_size=None if dynamic_batch else 1)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function])
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = False
+    if quantize != "float32":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantize == "int8":
+        converter.representative_dataset = representative_dataset(calibration_images(calibration, model))
+        # Calibrate only, then quantize with the float-kept ops (the QuantizationDebugger's path).
+        converter.experimental_mlir_quantizer = True
+        converter._experimental_calibrate_only = True
+    try:
+        model_bytes = converter.convert()
+    except Exception as error:
+        ops = sorted(set(re.findall(r"\btf\.(\w+)", str(error))))
+        named = f" (ops: {', '.join(ops)})" if ops else ""
+        raise ValueError(f"TFLite conversion with `quantize`={quantize!r} failed{named}: the export needs "
+                         f"TFLite builtin ops only, no Flex/SELECT_TF_OPS. {str(error)[-800:]}") from error
+    return model_bytes
+
+
+def check_runtime(model_bytes, quantize):
+    """Load and run the model once in LiteRT, so a mode the runtime rejects fails here, not on a phone."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        interpreter = Interpreter(model_content=model_bytes)
+        interpreter.allocate_tensors()
+        detail = interpreter.get_input_details()[0]
+        interpreter.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+        interpreter.invoke()
+    except Exception as error:
+        raise ValueError(f"LiteRT rejects the `quantize`={quantize!r} model: {error}") from error
+    return detail
+
+
+def classifier_metadata(model, labels, quantize, input_dtype, name=None, description=None, version="1",
+                        license="Apache-2.0", author="vit-keras"):
+    """The ModelMetadata dict for an image classifier, as MediaPipe's ImageClassifier reads it."""
+    from .graph import PIXEL_MEAN, PIXEL_STD
+
+    config = model.vit_config
+    raw = np.dtype(input_dtype) == np.uint8
+    mean, std = ([0.0], [1.0]) if raw else ([PIXEL_MEAN], [PIXEL_STD])
+    low, high = ((0.0 - mean[0]) / std[0], (255.0 - mean[0]) / std[0])
+    height, width = config["image_size"]
+    return {
+        "name": name or model.name,
+        "description": description or (
+            f"Vision Transformer image classifier ({config['num_layers']} layers, width {config['hidden_size']}, "
+            f"patch {config['patch_size']}), {quantize} TFLite, {len(labels)} classes."),
+        "version": str(version),
+        "author": author,
+        "license": license,
+        "subgraph_metadata": [{
+            "input_tensor_metadata": [{
+                "name": "image",
+                "description": f"RGB image {height}x{width}, " + (
+                    "raw 0-255 pixels." if raw else "normalized as (pixel - mean) / std."),
+                "content": {"content_properties_type": "ImageProperties",
+                            "content_properties": {"color_space": "RGB"}},
+                "process_units": [{"options_type": "NormalizationOptions",
+                                   "options": {"mean": mean, "std": std}}],
+                "stats": {"max": [high], "min": [low]},
+            }],
+            "output_tensor_metadata": [{
+                "name": "probability",
+                "description": f"Softmax probabilities of the {len(labels)} classes.",
+                "content": {"content_properties_type": "FeatureProperties", "content_properties": {}},
+                "stats": {"max": [1.0], "min": [0.0]},
+                "associated_files": [{"name": "labels.txt", "description": "Class names, one a line, in score order.",
+                                      "type": "TENSOR_AXIS_LABELS"}],
+            }],
+        }],
+    }
+
+
+def write_atomic(path, data):
+    folder = os.path.dirname(path)
+    try:
+        handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".tflite", dir=folder)
+    except OSError as error:
+        raise PermissionError(f"`out` {path!r} is not writable: {error}") from error
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes 0600; a model file is meant to be shared
+        os.replace(temp, path)
+    except BaseException as error:
+        if os.path.exists(temp):
+            os.remove(temp)
+        if isinstance(error, OSError):
+            raise PermissionError(f"could not write `out` {path!r}: {error}") from error
+        raise
+
+
+def export_tflite(model, out, quantize="float32", calibration=None, labels=None, dynamic_batch=False,
+                  calibration_size=DEFAULT_CALIBRATION_IMAGES, float_ops=INT8_FLOAT_OPS, **metadata_fields):
+    """Export ``model`` (a .keras path or a VisionTransformer) to ``out``; returns a summary dict.
+
+    labels: a list, a file path, or None for labels.txt beside the .keras file.
+    calibration: a data spec or uint8 images (N, H, W, C); required for int8.
+    float_ops: the TFLite ops int8 keeps in float (() gives a plain full-int8 graph).
+    """
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
+    out = check_output_path(out)
+    if isinstance(model, (str, os.PathLike)):
+        if labels is None:
+            labels = os.path.join(os.path.dirname(os.path.abspath(model)), "labels.txt")
+        model = load_vit(model)
+    else:
+        from .graph import check_vit
+
+        check_vit(model)
+    if labels is None:
+        raise ValueError("`labels` is required when exporting an in-memory model.")
+    if isinstance(labels, (str, os.PathLike)):
+        labels = read_labels_file(os.fspath(labels))
+    num_classes = model.vit_config["num_classes"]
+    if len(labels) != num_classes:
+        raise ValueError(f"`labels` has {len(labels)} names but the model has {num_classes} classes.")
+    if quantize == "int8":
+        calibration = calibration_images(calibration, model, limit=calibration_size)
+    model_bytes = convert(model, quantize, calibration, dynamic_batch, float_ops)
+    detail = check_runtime(model_bytes, quantize)
+    meta = classifier_metadata(model, labels, quantize, detail["dtype"], **metadata_fields)
+    data = tflite_metadata.populate(model_bytes, meta, {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"})
+    write_atomic(out, data)
+    return {"path": out, "quantize": quantize, "bytes": len(data), "input_dtype": np.dtype(detail["dtype"]).name,
+            "input_shape": [int(v) for v in detail["shape"]], "input_quantization": detail["quantization"],
+            "labels": len(labels)}

@@ -1,0 +1,162 @@
+"""The export graph: a VisionTransformer's forward pass written for TFLite's int8 kernels.
+
+It reuses the trained weights unchanged and equals the Keras model in float32
+(up to rounding), but each piece is formulated so the converter emits builtin
+ops that have fast int8 kernels and need no float islands:
+
+- LayerNorm as mean / centre / mean of squares / rsqrt / scale: Keras' own
+  LayerNormalization lowers to a NEG (no int8 kernel) that splits every block
+  into DEQUANTIZE -> float -> QUANTIZE islands.
+- Attention per head on 3-D tensors with BATCH_MATMUL (adj_y) and a SPLIT of the
+  fused qkv output: no Einsum, no 5-D reshapes or transposes; 1/sqrt(d_head) is
+  folded into the q columns of the qkv kernel.
+- Fixed shapes (batch 1 by default), so every reshape is static.
+- An RGB input converted to the model's channels inside the graph, and softmax
+  scores as the output, the form Android's image classifiers expect.
+"""
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from vit_keras.layers import TransformerBlock
+from vit_keras.models import VisionTransformer
+
+# Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: x / 127.5 - 1.
+PIXEL_MEAN = 127.5
+PIXEL_STD = 127.5
+# ITU-R BT.601 luma, as tf.image.rgb_to_grayscale; sums to 1 so it commutes with the normalization.
+RGB_TO_GRAY = np.array([0.2989, 0.5870, 0.1140], dtype="float32")
+RGB_TO_GRAY /= RGB_TO_GRAY.sum()
+
+
+def check_vit(model, source="model"):
+    """Raise a clear error unless ``model`` is a vit_keras VisionTransformer."""
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(
+            f"`model` ({source}) is a {type(model).__name__}, not a vit_keras VisionTransformer; "
+            "export takes a .keras file saved from vit_keras.create_model / VisionTransformer."
+        )
+    if not model.vit_config.get("include_top", True):
+        raise ValueError(f"`model` ({source}) has no classification head (include_top=False); export a classifier.")
+    return model
+
+
+def numpy(variable):
+    """A weight as a numpy constant, read eagerly even while tracing (the graph embeds constants)."""
+    with tf.init_scope():
+        return np.asarray(keras.ops.convert_to_numpy(variable), dtype="float32")
+
+
+def layer_norm(layer, x):
+    """LayerNormalization over the last axis with only int8-friendly builtin ops."""
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    centred = x - mean
+    variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
+    y = centred * tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
+    return y * tf.constant(numpy(layer.gamma)) + tf.constant(numpy(layer.beta))
+
+
+def dense(layer, x, kernel=None, bias=None):
+    kernel = numpy(layer.kernel) if kernel is None else kernel
+    bias = numpy(layer.bias) if bias is None else bias
+    y = tf.matmul(x, tf.constant(kernel)) + tf.constant(bias)
+    return y if layer.activation is keras.activations.linear else layer.activation(y)
+
+
+def attention(attn, x, class_token_only=False):
+    """Multi-head self-attention equal to MultiHeadSelfAttention in float, in XNNPACK-friendly pieces.
+
+    The fused qkv kernel is cut into one small FULLY_CONNECTED per head and per q/k/v (a SPLIT
+    into more than 4 outputs is not delegated), and each head is a BATCH_MATMUL pair.
+    class_token_only: compute the output for the query at position 0 alone (the last block
+    under token pooling needs nothing else).
+    """
+    d = x.shape[-1]
+    heads, head_dim = attn.num_heads, d // attn.num_heads
+    kernel, bias = numpy(attn.qkv.kernel).copy(), numpy(attn.qkv.bias).copy()
+    scale = 1.0 / math.sqrt(head_dim)
+    kernel[:, :d] *= scale  # fold the logit scale into q
+    bias[:d] *= scale
+    queries = tf.slice(x, [0, 0, 0], [-1, 1, -1]) if class_token_only else x
+
+    def project(inputs, part, head):  # part 0, 1, 2 = q, k, v; each head-major inside
+        cols = slice(part * d + head * head_dim, part * d + (head + 1) * head_dim)
+        return tf.matmul(inputs, tf.constant(kernel[:, cols])) + tf.constant(bias[cols])
+
+    outputs = []
+    for h in range(heads):
+        q, k, v = project(queries, 0, h), project(x, 1, h), project(x, 2, h)
+        weights = tf.nn.softmax(tf.matmul(q, k, transpose_b=True), axis=-1)
+        outputs.append(tf.matmul(weights, v))
+    y = tf.concat(outputs, axis=-1) if heads > 1 else outputs[0]
+    return dense(attn.out, y)
+
+
+def transformer_block(block, z, class_token_only=False):
+    y = attention(block.attn, layer_norm(block.norm1, z), class_token_only)
+    z = (tf.slice(z, [0, 0, 0], [-1, 1, -1]) if class_token_only else z) + y
+    hidden = tf.nn.gelu(dense(block.fc1, layer_norm(block.norm2, z)), approximate=block.gelu_approximate)
+    return z + dense(block.fc2, hidden)
+
+
+def forward(model, images, raw_pixels):
+    """Softmax scores for RGB ``images`` (B, H, W, 3).
+
+    raw_pixels=True: images are 0-255 pixels (the int8 graph, whose uint8 input
+    carries them exactly); False: already normalized as (x - 127.5) / 127.5.
+    """
+    x = images
+    if raw_pixels:
+        x = x * (1.0 / PIXEL_STD) - PIXEL_MEAN / PIXEL_STD
+    channels = model.vit_config["channels"]
+    if channels == 1:
+        x = tf.nn.conv2d(x, tf.constant(RGB_TO_GRAY.reshape(1, 1, 3, 1)), strides=1, padding="VALID")
+    elif channels != 3:
+        raise ValueError(f"`model` has {channels} input channels; export supports models trained on 1 or 3.")
+    # Under token pooling only the class token leaves the encoder: the last block computes it alone.
+    token_pooling = model.vit_config["pooling"] == "token"
+    last_block = model.blocks[-1]
+    for layer in model.layers[1:]:
+        if layer.name == "preprocessing":
+            continue  # done above, or by the runtime from the normalization metadata
+        if isinstance(layer, TransformerBlock):
+            x = transformer_block(layer, x, class_token_only=token_pooling and layer is last_block)
+        elif isinstance(layer, keras.layers.LayerNormalization):
+            x = layer_norm(layer, x)
+        elif isinstance(layer, keras.layers.Dense):
+            x = dense(layer, x)
+        elif layer.name == "pool" and token_pooling:
+            x = tf.reshape(x, (-1, x.shape[-1]))  # (B, 1, D) -> (B, D): a RESHAPE, not a STRIDED_SLICE
+        elif layer.name == "pool":
+            if layer.class_token:
+                x = tf.slice(x, [0, 1, 0], [-1, -1, -1])
+            x = tf.reduce_mean(x, axis=1)
+        else:
+            x = layer(x)
+    return tf.nn.softmax(tf.cast(x, tf.float32), axis=-1)
+
+
+def concrete_function(model, raw_pixels, batch_size=1):
+    """A traced tf.function over an RGB image input; batch_size=None gives a dynamic batch."""
+    check_vit(model)
+    height, width = model.vit_config["image_size"]
+    spec = tf.TensorSpec((batch_size, height, width, 3), tf.float32, name="image")
+
+    @tf.function(input_signature=[spec], autograph=False)
+    def serve(image):
+        return {"scores": forward(model, image, raw_pixels)}
+
+    return serve.get_concrete_function()
+
+
+def keras_scores(model, images, batch_size=256):
+    """The Keras model's softmax scores for uint8 images in its own channel count."""
+    logits = model.predict(np.asarray(images, "float32") if model.vit_config["include_preprocessing"]
+                           else np.asarray(images, "float32") / PIXEL_STD - PIXEL_MEAN / PIXEL_STD,
+                           batch_size=batch_size, verbose=0)
+    logits = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(logits)
+    return e / e.sum(axis=-1, keepdims=True)

@@ -1,0 +1,200 @@
+"""Check an exported .tflite against its Keras model: size, LiteRT latency, agreement, accuracy, score error.
+
+Both LiteRT CPU runtimes are timed: the classic ``ai_edge_litert.interpreter.Interpreter``
+and the newer ``ai_edge_litert.compiled_model.CompiledModel``. Latency is the median of
+``runs`` invocations at batch 1 after ``warmup`` invocations. ``delegation_report``
+is the per-op profile: which ops XNNPACK runs and which fall back to the slower
+reference kernels, splitting the graph into more partitions.
+"""
+
+import collections
+import os
+import statistics
+import time
+
+import numpy as np
+
+from . import metadata as tflite_metadata
+
+RUNTIMES = ("interpreter", "compiled_model")
+
+
+def model_input(path):
+    """(input dtype, input shape, (mean, std) or None) of an exported classifier."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    detail = Interpreter(model_path=os.fspath(path)).get_input_details()[0]
+    try:
+        norm = tflite_metadata.input_normalization(tflite_metadata.read_model_metadata(path)[0])
+    except ValueError:
+        norm = None
+    return np.dtype(detail["dtype"]), tuple(int(v) for v in detail["shape"]), norm
+
+
+def prepare(images, dtype, norm, channels=3):
+    """uint8 (N, H, W, 1|3) images -> the model's RGB input (raw uint8, or float normalized per the metadata)."""
+    images = np.asarray(images)
+    if images.shape[-1] == 1 and channels == 3:
+        images = np.repeat(images, 3, axis=-1)
+    if dtype == np.uint8:
+        return images.astype(np.uint8)
+    mean, std = (np.asarray(v, "float32") for v in (norm or ([0.0], [1.0])))
+    return ((images.astype("float32") - mean) / std).astype(dtype)
+
+
+class InterpreterRunner:
+    def __init__(self, path, threads=2):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.interpreter = Interpreter(model_path=os.fspath(path), num_threads=threads)
+        self.interpreter.allocate_tensors()
+        self.input = self.interpreter.get_input_details()[0]
+        self.output = self.interpreter.get_output_details()[0]
+
+    def set_input(self, batch):
+        self.interpreter.set_tensor(self.input["index"], batch)
+
+    def invoke(self):
+        self.interpreter.invoke()
+
+    def get_output(self):
+        return self.interpreter.get_tensor(self.output["index"])
+
+
+class CompiledModelRunner:
+    def __init__(self, path, threads=2):
+        from ai_edge_litert.compiled_model import CompiledModel
+        from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+        from ai_edge_litert.options import CpuOptions, Options
+
+        options = Options(hardware_accelerators=HardwareAccelerator.CPU, cpu_options=CpuOptions(num_threads=threads))
+        self.model = CompiledModel.from_file(os.fspath(path), options=options)
+        self.inputs = self.model.create_input_buffers(0)
+        self.outputs = self.model.create_output_buffers(0)
+        details = InterpreterRunner(path, threads=1)  # shapes and dtypes of the signature
+        self.output_shape, self.output_dtype = details.output["shape"], details.output["dtype"]
+
+    def set_input(self, batch):
+        self.inputs[0].write(batch)
+
+    def invoke(self):
+        self.model.run_by_index(0, self.inputs, self.outputs)
+
+    def get_output(self):
+        return self.outputs[0].read(int(np.prod(self.output_shape)), self.output_dtype).reshape(self.output_shape)
+
+
+def runner(path, runtime="interpreter", threads=2):
+    if runtime not in RUNTIMES:
+        raise ValueError(f"Unknown `runtime`={runtime!r}; valid values are {', '.join(RUNTIMES)}.")
+    return (InterpreterRunner if runtime == "interpreter" else CompiledModelRunner)(path, threads)
+
+
+def latency_ms(path, runtime="interpreter", threads=2, runs=50, warmup=10):
+    """Median wall time of one batch-1 invocation, in milliseconds."""
+    run = runner(path, runtime, threads)
+    dtype, shape, norm = model_input(path)
+    rng = np.random.default_rng(0)
+    run.set_input(prepare(rng.integers(0, 256, (1, *shape[1:]), dtype=np.uint8), dtype, norm))
+    for _ in range(warmup):
+        run.invoke()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run.invoke()
+        times.append(time.perf_counter() - start)
+    return 1000.0 * statistics.median(times)
+
+
+def predict(path, images, runtime="interpreter", threads=2):
+    """Scores (N, classes) of a batch-1 .tflite classifier on uint8 images."""
+    run = runner(path, runtime, threads)
+    dtype, _, norm = model_input(path)
+    batch = prepare(images, dtype, norm)
+    scores = []
+    for image in batch:
+        run.set_input(image[None])
+        run.invoke()
+        scores.append(np.array(run.get_output()[0], dtype="float32"))
+    return np.stack(scores)
+
+
+def delegation_report(path, threads=2):
+    """Per-op profile of the runtime graph: {'partitions': XNNPACK partitions, 'fallback': Counter of
+    ops left to reference kernels, 'ops': Counter of all ops}."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=os.fspath(path), num_threads=threads)
+    interpreter.allocate_tensors()
+    details = interpreter._get_ops_details()
+    delegates = [d for d in details if d["op_name"] == "DELEGATE"]
+    original = [d for d in details if d["op_name"] != "DELEGATE"]
+    producer = {int(t): d for d in original for t in d["outputs"]}
+    from_delegate = {int(t) for d in delegates for t in d["outputs"]}
+    # Walk back from what the executed plan needs: tensors no delegate produces come from fallback ops.
+    needed = [int(t) for t in interpreter._interpreter.OutputIndices()] + [int(t) for d in delegates for t in d["inputs"]]
+    fallback, seen = {}, set()
+    while needed:
+        tensor = needed.pop()
+        if tensor in seen or tensor in from_delegate or tensor not in producer:
+            continue
+        seen.add(tensor)
+        node = producer[tensor]
+        fallback[node["index"]] = node["op_name"]
+        needed.extend(int(t) for t in node["inputs"] if t >= 0)
+    return {"partitions": len(delegates), "fallback": collections.Counter(fallback.values()),
+            "ops": collections.Counter(d["op_name"] for d in original)}
+
+
+def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, runtimes=RUNTIMES):
+    """One row of the verification table, as a dict."""
+    scores = predict(tflite_path, images)
+    row = {
+        "file": os.path.basename(os.fspath(tflite_path)),
+        "size_mb": os.path.getsize(tflite_path) / 1e6,
+        "agreement": float(np.mean(scores.argmax(-1) == keras_scores.argmax(-1))),
+        "accuracy": float(np.mean(scores.argmax(-1) == labels)),
+        "keras_accuracy": float(np.mean(keras_scores.argmax(-1) == labels)),
+        "max_abs_diff": float(np.abs(scores - keras_scores).max()),
+    }
+    for runtime in runtimes:
+        for n in threads:
+            row[f"{runtime}_{n}t_ms"] = latency_ms(tflite_path, runtime, n, runs=runs)
+    return row
+
+
+def format_table(rows, threads=(1, 2), runtimes=RUNTIMES):
+    """A Markdown table of ``verify`` rows."""
+    short = {"interpreter": "Interpreter", "compiled_model": "CompiledModel"}
+    latency_cols = [(f"{r}_{n}t_ms", f"{short[r]} {n}T ms") for r in runtimes for n in threads]
+    header = ["file", "size MB"] + [title for _, title in latency_cols] + [
+        "top-1 agreement", "test accuracy (Keras)", "max abs diff"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [row["file"], f"{row['size_mb']:.2f}"] + [
+            f"{row[key]:.2f}" if key in row else "-" for key, _ in latency_cols] + [
+            f"{100 * row['agreement']:.2f}%", f"{100 * row['accuracy']:.2f}% ({100 * row['keras_accuracy']:.2f}%)",
+            f"{row['max_abs_diff']:.4f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2)):
+    """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data``."""
+    from vit_keras.data import load_arrays
+
+    from .export import load_vit
+    from .graph import keras_scores
+
+    for path in tflite_paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"`tflite` file {path!r} does not exist.")
+    model = load_vit(keras_path)
+    images, labels, _ = load_arrays(data, split=split, limit=limit)
+    expected = [*model.vit_config["image_size"], model.vit_config["channels"]]
+    if list(images.shape[1:]) != list(expected):
+        raise ValueError(f"`data` images have shape {images.shape[1:]}, the model takes {tuple(expected)}.")
+    reference = keras_scores(model, images)
+    rows = [verify(path, reference, labels, images, threads=threads, runs=runs) for path in tflite_paths]
+    return (f"{len(images)} {split} images of {data}; latency at batch 1, median of {runs} runs after warm-up.\n\n"
+            + format_table(rows, threads))

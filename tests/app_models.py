@@ -1,0 +1,203 @@
+"""Test-only: tiny trained ViTs exported to .tflite for the app's tests (uses TensorFlow; the app never does).
+
+``build_models(out_dir)`` trains a 1-block ViT on Fashion-MNIST for a few hundred steps and writes
+  - model.keras + labels.txt                       (the training contract's run directory)
+  - float32/float16/dynamic/int8.tflite            with convert's exporter (RGB input, metadata)
+  - attention.tflite  1-channel raw-pixel float input, logits + attention outputs
+"""
+
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+
+FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def fashion(split):
+    prefix = "train" if split == "train" else "t10k"
+    images = read_idx(FASHION_DIR / f"{prefix}-images-idx3-ubyte.gz")[..., None]
+    labels = read_idx(FASHION_DIR / f"{prefix}-labels-idx1-ubyte.gz").astype("int64")
+    return images, labels
+
+
+def _train(steps=200):
+    import keras
+
+    import vit_keras
+
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model(
+        "vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
+        mlp_dim=64, num_layers=1, num_classes=10, include_preprocessing=True)
+    images, labels = fashion("train")
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    n = steps * 64
+    model.fit(images[:n].astype("float32"), labels[:n], batch_size=64, epochs=1, verbose=0)
+    return model
+
+
+def _attention_model(model, out_path, labels):
+    """float32, 1-channel raw-pixel input, logits + every block's attention (B, L, heads, T, T) as outputs.
+
+    convert/ exports no attention output yet; this is the form the app's overlay reads, built with
+    convert's own metadata writer.
+    """
+    import tensorflow as tf
+
+    from convert.export import classifier_metadata, write_atomic
+    from convert.metadata import populate
+
+    blocks = model.blocks
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 28, 28, 1), tf.float32, name="image")])
+    def serve(images):
+        x, maps = images, []
+        for layer in model.layers[1:]:
+            if layer in blocks:
+                x, weights = layer(x, return_attention_scores=True)
+                maps.append(weights)
+            else:
+                x = layer(x)
+        return {"logits": x, "attention": tf.stack(maps, axis=1)}
+
+    # The Keras model as trackable_obj gave NaN scores here (TF 2.21); the older path converts it correctly.
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([serve.get_concrete_function()])
+    meta = classifier_metadata(model, labels, "float32", np.float32, name="fashion-vit-tiny-attention",
+                               description="A 1-block ViT with an attention output (test fixture).")
+    tensor_in = meta["subgraph_metadata"][0]["input_tensor_metadata"][0]
+    tensor_in["content"]["content_properties"]["color_space"] = "GRAYSCALE"
+    tensor_in["process_units"][0]["options"] = {"mean": [0.0], "std": [1.0]}  # the model rescales raw pixels
+    tensor_in.pop("stats")
+    meta["subgraph_metadata"][0]["output_tensor_metadata"].append({"name": "attention"})
+    data = populate(converter.convert(), meta, {"labels.txt": ("\n".join(labels) + "\n").encode()})
+    write_atomic(str(out_path), data)
+
+
+QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
+
+
+def build_models(out_dir):
+    """Train, save and export; returns {quantization | "attention" | "keras" | "labels": path}."""
+    import keras
+
+    from convert.export import export_tflite
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = _train()
+    model.save(out_dir / "model.keras")
+    (out_dir / "labels.txt").write_text("\n".join(CLASS_NAMES) + "\n")
+    calibration = fashion("train")[0][:200]
+    paths = {"keras": out_dir / "model.keras", "labels": out_dir / "labels.txt"}
+    for mode in QUANTIZATIONS:
+        paths[mode] = out_dir / f"{mode}.tflite"
+        export_tflite(model, paths[mode], quantize=mode, labels=CLASS_NAMES,
+                      calibration=calibration if mode == "int8" else None, calibration_size=200)
+    paths["attention"] = out_dir / "attention.tflite"
+    _attention_model(model, paths["attention"], CLASS_NAMES)
+    keras.backend.clear_session()
+    return paths
+
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    start = time.time()
+    print(build_models(sys.argv[1]), f"{time.time() - start:.1f}s")
+
+
+def shared_models(tmp_path_factory):
+    """build_models once per test run, shared by pytest-xdist workers through a lock file."""
+    import fcntl
+    import json
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the directory all workers of this run share
+    out_dir = root / "app_models"
+    done = root / "app_models.json"
+    with open(root / "app_models.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            paths = build_models(out_dir)
+            done.write_text(json.dumps({k: str(v) for k, v in paths.items()}))
+    return {k: Path(v) for k, v in json.loads(done.read_text()).items()}
+
+
+def _png_header_only(path, width, height):
+    """A PNG whose header claims width x height with almost no data: a decompression bomb's signature."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    idat = zlib.compress(b"\0" * (width + 1))  # one row; Pillow refuses at open, before decoding
+    Path(path).write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def bad_inputs(out_dir, photo):
+    """name -> (path, words the error message must contain). ``photo`` is a real JPEG."""
+    from PIL import Image
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cases = {}
+    text = out_dir / "notes.png"
+    text.write_text("this is not an image\n")
+    cases["not_image"] = (text, "not an image")
+    empty = out_dir / "empty.jpg"
+    empty.write_bytes(b"")
+    cases["zero_bytes"] = (empty, "empty")
+    data = Path(photo).read_bytes()
+    truncated = out_dir / "truncated.jpg"
+    truncated.write_bytes(data[: len(data) // 2])
+    cases["truncated_jpeg"] = (truncated, "truncated")
+    bomb = out_dir / "bomb.png"
+    _png_header_only(bomb, 12_000, 12_000)  # 144 MP: above Pillow's error threshold (2 x 64 MP)
+    cases["bomb"] = (bomb, "decompression bomb")
+    warn_bomb = out_dir / "bomb_warning.png"
+    _png_header_only(warn_bomb, 9_000, 9_000)  # 81 MP: Pillow only warns; the app refuses it too
+    cases["bomb_warning_level"] = (warn_bomb, "decompression bomb")
+    with Image.open(photo) as image:
+        image.save(out_dir / "ok.jpg")
+    return cases
+
+
+def mode_variants(out_dir, gray):
+    """A real grayscale uint8 image (H, W) saved as grayscale / RGBA / CMYK / palette / 16-bit PNG / GIF."""
+    from PIL import Image
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = Image.fromarray(gray, "L")
+    paths = {"gray": out_dir / "gray.png"}
+    base.save(paths["gray"])
+    rgba = base.convert("RGBA")
+    paths["rgba"] = out_dir / "rgba.png"
+    rgba.save(paths["rgba"])
+    paths["cmyk"] = out_dir / "cmyk.tiff"
+    base.convert("RGB").convert("CMYK").save(paths["cmyk"])
+    paths["palette"] = out_dir / "palette.png"
+    base.convert("P").save(paths["palette"])
+    paths["png16"] = out_dir / "sixteen.png"
+    Image.fromarray(gray.astype(np.uint16) * 257).save(paths["png16"])
+    paths["gif_animated"] = out_dir / "animated.gif"
+    other = Image.fromarray(255 - gray, "L")
+    base.save(paths["gif_animated"], save_all=True, append_images=[other, other], duration=100, loop=0)
+    return paths

@@ -1,0 +1,187 @@
+"""The classifier runtime and `vit-keras classify`, on tiny trained ViTs exported by convert/."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app_models import QUANTIZATIONS, bad_inputs, fashion, mode_variants, shared_models
+from apps.cli import main
+from apps.examples import bundled_examples, foolbox_data_dir
+
+REPO = Path(__file__).resolve().parents[1]
+FOOLBOX = foolbox_data_dir()
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    return shared_models(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def test_images(tmp_path_factory):
+    """The first 20 Fashion-MNIST test images as PNG files, with their labels."""
+    images, labels = fashion("test")
+    folder = tmp_path_factory.mktemp("fashion")
+    for i in range(20):
+        Image.fromarray(images[i, :, :, 0], "L").save(folder / f"{i:02d}.png")
+    return folder, images[:20], labels[:20]
+
+
+def classify_json(capsys, *args):
+    code = main(["classify", *map(str, args), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="session")
+def keras_top1(models, test_images):
+    import keras
+
+    import vit_keras  # noqa: F401
+
+    model = keras.models.load_model(models["keras"])
+    return model.predict(test_images[1].astype("float32"), verbose=0).argmax(-1)
+
+
+@pytest.mark.parametrize("mode", QUANTIZATIONS + ("attention",))
+def test_every_export_classifies_like_keras(models, test_images, keras_top1, capsys, mode):
+    """No flags: float inputs get the metadata's normalization, uint8 inputs raw pixels; 1- and 3-channel."""
+    code, out = classify_json(capsys, models[mode], test_images[0], "--top-k", "3")
+    assert code == 0
+    results = out["results"]
+    assert [Path(r["path"]).name for r in results] == [f"{i:02d}.png" for i in range(20)]  # a folder, sorted
+    labels = models["labels"].read_text().split("\n")
+    top1 = [labels.index(r["top"][0]["label"]) for r in results]
+    agreement = np.mean(np.array(top1) == keras_top1)
+    assert agreement >= (0.9 if mode == "int8" else 1.0), (mode, top1, keras_top1)
+    for r in results:
+        scores = [t["score"] for t in r["top"]]
+        assert len(scores) == 3 and scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1.0001
+        assert r["inference_ms"] > 0 and r["total_ms"] >= r["inference_ms"]
+    channels = 1 if mode == "attention" else 3
+    assert out["input"] == {"height": 28, "width": 28, "channels": channels,
+                            "dtype": "uint8" if mode == "int8" else "float32"}
+
+
+def test_text_output_names_labels_and_latency(models, test_images, capsys):
+    assert main(["classify", str(models["int8"]), str(test_images[0] / "00.png"), "--top-k", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(str(test_images[0] / "00.png")) and " ms model" in lines[0]
+    assert len(lines[1].strip().split("  ")) == 2
+
+
+def test_image_modes_and_animation_give_the_same_answer(models, test_images, tmp_path, capsys):
+    gray = test_images[1][3, :, :, 0]
+    variants = mode_variants(tmp_path, gray)
+    code, out = classify_json(capsys, models["float32"], *variants.values())
+    assert code == 0
+    scores = [r["top"] for r in out["results"]]
+    for name, top in zip(variants, scores):
+        assert top == scores[0], name  # exact: every conversion restores the same pixels
+
+
+def test_exif_rotation_is_applied(models, tmp_path, capsys):
+    with Image.open(FOOLBOX / "imagenet_03_990.jpg") as photo:
+        upright = photo.convert("RGB").crop((0, 0, 224, 150))
+    upright.save(tmp_path / "upright.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to display": store the pixels turned the other way
+    upright.transpose(Image.ROTATE_90).save(tmp_path / "rotated.png", exif=exif)
+    from apps.images import load_image
+
+    decoded, _ = load_image(tmp_path / "rotated.png")
+    assert decoded.size == (224, 150) and np.array_equal(np.asarray(decoded), np.asarray(upright))
+    code, out = classify_json(capsys, models["int8"], tmp_path / "upright.png", tmp_path / "rotated.png")
+    assert code == 0 and out["results"][0]["top"] == out["results"][1]["top"]
+
+
+def test_huge_image_is_classified_quickly(models, tmp_path, capsys):
+    with Image.open(FOOLBOX / "imagenet_00_243.jpg") as photo:
+        photo.convert("RGB").resize((7000, 5000)).save(tmp_path / "huge.jpg", quality=80)  # 35 MP
+    code, out = classify_json(capsys, models["float16"], tmp_path / "huge.jpg")
+    assert code == 0 and out["results"][0]["total_ms"] < 5000
+
+
+def test_bad_inputs_get_clear_messages_and_the_rest_still_run(models, tmp_path, capsys):
+    cases = bad_inputs(tmp_path, FOOLBOX / "imagenet_00_243.jpg")
+    paths = [p for p, _ in cases.values()] + [tmp_path / "ok.jpg"]
+    code, out = classify_json(capsys, models["int8"], *paths)
+    assert code == 1  # some images failed
+    by_name = {Path(r["path"]).name: r for r in out["results"]}
+    for name, (path, words) in cases.items():
+        assert words in by_name[path.name]["error"], (name, by_name[path.name])
+    assert by_name["ok.jpg"]["top"]
+
+
+@pytest.mark.parametrize("content", [b"not a model at all", "truncated", "keras"])
+def test_wrong_model_file_is_refused_clearly(models, test_images, tmp_path, capsys, content):
+    path = tmp_path / "model.tflite"
+    if content == "truncated":
+        path.write_bytes(models["int8"].read_bytes()[:3000])
+    elif content == "keras":
+        path.write_bytes(models["keras"].read_bytes())
+    else:
+        path.write_bytes(content)
+    assert main(["classify", str(path), str(test_images[0] / "00.png")]) == 2
+    err = capsys.readouterr().err
+    assert "model.tflite" in err and ("not a TFLite model" in err or "not a usable" in err
+                                      or "could not be loaded" in err), err
+
+
+def test_missing_image_and_empty_folder(models, tmp_path, capsys):
+    assert main(["classify", str(models["int8"]), str(tmp_path / "nope.png")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["classify", str(models["int8"]), str(tmp_path)]) == 2
+    assert "no images found" in capsys.readouterr().err
+
+
+def test_runtimes_agree(models, test_images):
+    """The classic Interpreter and the CompiledModel API give the same scores."""
+    from apps.classifier import Classifier
+
+    path = test_images[0] / "05.png"
+    a = Classifier(models["attention"], runtime="interpreter").classify(path)
+    b = Classifier(models["attention"], runtime="compiled").classify(path)
+    assert [label for label, _ in a.top] == [label for label, _ in b.top]
+    np.testing.assert_allclose([s for _, s in a.top], [s for _, s in b.top], atol=1e-5)
+    np.testing.assert_allclose(a.attention, b.attention, atol=1e-5)
+
+
+def test_attention_output_matches_keras_rollout(models, test_images):
+    """The overlay from the .tflite's attention output equals the rollout of the .keras model's maps."""
+    from apps.classifier import Classifier
+    from apps.web import KerasAttention
+
+    image = Image.open(test_images[0] / "07.png")
+    from_tflite = Classifier(models["attention"]).classify_image(image).attention
+    from_keras = KerasAttention(models["keras"])(image)
+    assert from_tflite.shape == (4, 4)
+    np.testing.assert_allclose(from_tflite, from_keras, atol=1e-3)
+
+
+def test_examples_are_real_images():
+    examples = bundled_examples()
+    captions = [c for _, c in examples]
+    assert sum(c.startswith("Fashion-MNIST") for c in captions) == 10
+    assert sum(c.startswith("CIFAR-10") for c in captions) == 20
+    assert sum(c.startswith("ImageNet") for c in captions) == 20
+    for path, _ in examples[:10]:
+        assert Image.open(path).size == (28, 28)
+
+
+def test_runtime_never_imports_tensorflow():
+    code = ("import sys; import apps.classifier, apps.web, apps.examples, apps.commands.classify, "
+            "apps.commands.serve; bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'keras', 'vit_keras', 'mediapipe')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+
+
+def test_serve_refuses_a_wrong_model_before_starting(tmp_path, capsys):
+    path = tmp_path / "labels.tflite"
+    path.write_text("T-shirt/top\nTrouser\n")
+    assert main(["serve", str(path), "--port", "1"]) == 2
+    assert "not a TFLite model" in capsys.readouterr().err

@@ -1,0 +1,163 @@
+"""Export to TFLite: every quantization mode, run by MediaPipe's ImageClassifier, metadata read back, bad input."""
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pytest
+
+import vit_keras  # noqa: F401  (registers the layers before keras loads a model)
+import keras
+
+from convert import export as tflite_export
+from convert import metadata as tflite_metadata
+from convert.graph import keras_scores
+from convert.verify import delegation_report, format_table, predict, verify
+
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+LABELS = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+MODES = ("float32", "float16", "dynamic", "int8")
+
+
+def read_idx(name):
+    with gzip.open(os.path.join(FASHION_MNIST, name)) as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+@pytest.fixture(scope="module")
+def fashion():
+    train = read_idx("train-images-idx3-ubyte.gz")[:3000, :, :, None]
+    train_labels = read_idx("train-labels-idx1-ubyte.gz")[:3000].astype("int64")
+    test = read_idx("t10k-images-idx3-ubyte.gz")[:200, :, :, None]
+    test_labels = read_idx("t10k-labels-idx1-ubyte.gz")[:200].astype("int64")
+    return train, train_labels, test, test_labels
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, fashion):
+    """A tiny ViT trained for a few steps on real Fashion-MNIST, saved like a training run."""
+    train, train_labels, _, _ = fashion
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model("vit_ti16", image_size=28, patch_size=7, channels=1, hidden_size=32, num_heads=2,
+                                   mlp_dim=64, num_layers=1, num_classes=10, include_preprocessing=True)
+    model.compile(keras.optimizers.Adam(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(train.astype("float32"), train_labels, batch_size=100, epochs=2, verbose=0)
+    folder = tmp_path_factory.mktemp("run")
+    model.save(folder / "model.keras")
+    (folder / "labels.txt").write_text("\n".join(LABELS) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir, fashion):
+    paths = {}
+    for mode in MODES:
+        paths[mode] = run_dir / f"{mode}.tflite"
+        tflite_export.export_tflite(run_dir / "model.keras", paths[mode], quantize=mode, calibration=fashion[0])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def reference(run_dir, fashion):
+    model = tflite_export.load_vit(run_dir / "model.keras")
+    return keras_scores(model, fashion[2])
+
+
+def confident(scores, margin):
+    """Images whose Keras top-1 beats the runner-up by ``margin``: top-1 there is a real decision."""
+    top2 = np.sort(scores, axis=-1)[:, -2:]
+    return np.flatnonzero(top2[:, 1] - top2[:, 0] > margin)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mediapipe_image_classifier_matches_keras(exported, reference, fashion, mode):
+    import mediapipe as mp
+    from mediapipe.tasks.python import vision
+    from mediapipe.tasks.python.core.base_options import BaseOptions
+
+    test = fashion[2]
+    options = vision.ImageClassifierOptions(base_options=BaseOptions(model_asset_path=str(exported[mode])),
+                                            max_results=1)
+    chosen = confident(reference, 0.02 if mode in ("float32", "float16") else 0.15)[:40]
+    assert len(chosen) >= 20
+    with vision.ImageClassifier.create_from_options(options) as classifier:
+        for i in chosen:
+            rgb = np.ascontiguousarray(np.repeat(test[i], 3, axis=-1))  # what a phone camera gives
+            result = classifier.classify(mp.Image(image_format=mp.ImageFormat.SRGB, data=rgb))
+            top = result.classifications[0].categories[0]
+            assert top.index == reference[i].argmax(), (mode, i)
+            assert top.category_name == LABELS[top.index]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_exported_signature_and_metadata(exported, mode):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(exported[mode]))
+    detail = interpreter.get_input_details()[0]
+    assert list(detail["shape"]) == [1, 28, 28, 3]  # batch 1, RGB even for a grayscale model
+    assert interpreter.get_output_details()[0]["dtype"] == np.float32
+    if mode == "int8":
+        assert detail["dtype"] == np.uint8 and detail["quantization"] == (1.0, 0)  # raw pixels
+    else:
+        assert detail["dtype"] == np.float32
+    meta, files = tflite_metadata.read_model_metadata(str(exported[mode]))
+    json.dumps(meta)  # JSON-able, as a displayer prints it
+    assert meta["min_parser_version"] == "1.0.0"
+    assert meta["name"] == "vit_ti16" and meta["license"] == "Apache-2.0" and meta["version"] == "1"
+    tensor = meta["subgraph_metadata"][0]["input_tensor_metadata"][0]
+    assert tensor["content"]["content_properties"]["color_space"] == "RGB"
+    mean, std = tflite_metadata.input_normalization(meta)
+    assert (mean, std) == (([0.0], [1.0]) if mode == "int8" else ([127.5], [127.5]))
+    assert tflite_metadata.read_labels(str(exported[mode])) == LABELS
+    assert set(files) == {"labels.txt"}
+    assert not delegation_report(exported[mode])["fallback"].get("BATCH_MATMUL")  # attention stays in XNNPACK
+
+
+def test_float32_equals_keras_and_int8_close(exported, reference, fashion):
+    float_scores = predict(exported["float32"], fashion[2])
+    assert np.abs(float_scores - reference).max() < 1e-4
+    int8_scores = predict(exported["int8"], fashion[2])
+    assert np.mean(int8_scores.argmax(-1) == reference.argmax(-1)) > 0.9
+    assert os.path.getsize(exported["int8"]) < 0.7 * os.path.getsize(exported["float32"])  # tiny: graph overhead dominates
+
+
+def test_verify_table(exported, reference, fashion):
+    row = verify(exported["float16"], reference, fashion[3], fashion[2], runs=5)
+    assert row["agreement"] > 0.99 and row["interpreter_2t_ms"] > 0 and row["compiled_model_1t_ms"] > 0
+    table = format_table([row])
+    assert "CompiledModel 2T ms" in table and "float16.tflite" in table
+
+
+def test_metadata_module_has_no_tensorflow():
+    import subprocess
+    import sys
+
+    code = "import sys, convert.metadata; assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_metadata_round_trip():
+    meta = {"name": "m", "version": "2", "subgraph_metadata": [{"input_tensor_metadata": [{
+        "name": "image", "content": {"content_properties_type": "ImageProperties",
+                                     "content_properties": {"color_space": "GRAYSCALE",
+                                                            "default_size": {"width": 28, "height": 28}}},
+        "process_units": [{"options_type": "NormalizationOptions", "options": {"mean": [1.5], "std": [2.0]}}]}]}]}
+    parsed = tflite_metadata.parse_metadata_buffer(tflite_metadata.metadata_buffer(meta))
+    assert parsed == dict(meta, min_parser_version="1.0.0")
+    with pytest.raises(ValueError, match="no field"):
+        tflite_metadata.metadata_buffer({"nmae": "typo"})
+
+
+def test_op_sensitivity_sweep(run_dir, fashion):
+    from convert.sensitivity import op_sensitivity
+
+    model = tflite_export.load_vit(run_dir / "model.keras")
+    rows = op_sensitivity(model, fashion[0][:120], fashion[2][:40], candidates=("FULLY_CONNECTED",))
+    assert [row["float_ops"][-1] for row in rows] == ["RSQRT", "FULLY_CONNECTED", "MUL"]
+    assert all(0.5 < row["agreement"] <= 1.0 for row in rows)
+    assert rows[1]["bytes"] > rows[0]["bytes"]  # float FULLY_CONNECTED keeps float weights

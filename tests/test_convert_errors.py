@@ -1,0 +1,123 @@
+"""Bad input to `vit-keras export`: each gets a clear error and leaves no partial file behind."""
+
+import os
+
+import numpy as np
+import pytest
+
+import vit_keras
+import keras
+
+from apps import cli
+from convert import export as tflite_export
+
+LABELS = [f"class_{i}" for i in range(10)]
+
+
+@pytest.fixture(scope="module")
+def vit_file(tmp_path_factory):
+    keras.utils.set_random_seed(1)
+    model = vit_keras.create_model("vit_ti16", image_size=28, patch_size=7, channels=1, hidden_size=16, num_heads=2,
+                                   mlp_dim=32, num_layers=1, num_classes=10, include_preprocessing=True)
+    folder = tmp_path_factory.mktemp("vit")
+    model.save(folder / "model.keras")
+    (folder / "labels.txt").write_text("\n".join(LABELS))
+    return folder / "model.keras"
+
+
+def images(n, size=28, channels=1):
+    return np.random.default_rng(0).integers(0, 256, (n, size, size, channels), dtype=np.uint8)
+
+
+def test_not_a_vit(tmp_path):
+    other = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    other.save(tmp_path / "cnn.keras")
+    with pytest.raises(ValueError, match="not a vit_keras VisionTransformer"):
+        tflite_export.export_tflite(tmp_path / "cnn.keras", tmp_path / "out.tflite", labels=LABELS)
+    (tmp_path / "junk.keras").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a Keras model"):
+        tflite_export.export_tflite(tmp_path / "junk.keras", tmp_path / "out.tflite", labels=LABELS)
+    with pytest.raises(FileNotFoundError):
+        tflite_export.export_tflite(tmp_path / "missing.keras", tmp_path / "out.tflite", labels=LABELS)
+    assert not (tmp_path / "out.tflite").exists()
+
+
+@pytest.mark.parametrize("calibration, message", [
+    (None, "int8 needs `calibration`"),
+    (images(20), "at least 100"),
+    (images(150, size=32), "shape"),
+    (images(150, channels=3), "shape"),
+    ("folder:/nonexistent/vit-data", "nonexistent"),
+])
+def test_bad_calibration_keeps_the_old_file(vit_file, tmp_path, calibration, message):
+    out = tmp_path / "model.tflite"
+    out.write_bytes(b"previous export")
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        tflite_export.export_tflite(vit_file, out, quantize="int8", calibration=calibration)
+    assert out.read_bytes() == b"previous export"
+    assert os.listdir(tmp_path) == ["model.tflite"]
+
+
+def test_unwritable_output(vit_file, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        tflite_export.export_tflite(vit_file, tmp_path / "no" / "such" / "m.tflite")
+    with pytest.raises(ValueError, match="is a directory"):
+        tflite_export.export_tflite(vit_file, tmp_path)
+    # /proc refuses new files even for root: the failure comes at the write, after conversion.
+    with pytest.raises(PermissionError, match="writable"):
+        tflite_export.export_tflite(vit_file, "/proc/vit-keras-test.tflite")
+    assert not os.path.exists("/proc/vit-keras-test.tflite")
+    assert os.listdir(tmp_path) == []
+
+
+def test_quantization_mode_rejected(vit_file, tmp_path, capsys):
+    for mode in ("int4", "bfloat16"):
+        with pytest.raises(ValueError, match="valid values are float32, float16, dynamic, int8"):
+            tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize=mode)
+    assert cli.main(["export", str(vit_file), "--quantize", "int4", "--out", str(tmp_path / "m.tflite")]) == 2
+    assert "valid values are" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_labels_must_match(vit_file, tmp_path):
+    (tmp_path / "few.txt").write_text("a\nb\n")
+    with pytest.raises(ValueError, match="2 names but the model has 10 classes"):
+        tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", labels=tmp_path / "few.txt")
+
+
+def test_custom_ops_are_named():
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec((4, 4), tf.float32)])
+    def needs_flex(x):
+        return tf.linalg.svd(x, compute_uv=False)
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([needs_flex.get_concrete_function()])
+    converter.allow_custom_ops = True  # what export never allows: a custom op in the flatbuffer
+    assert tflite_export.unsupported_ops(converter.convert()) == ["Svd"]
+
+
+def test_cli_export_and_verify(vit_file, tmp_path, capsys):
+    out = tmp_path / "m.tflite"
+    assert cli.main(["export", str(vit_file), "--quantize", "float16", "--out", str(out)]) == 0
+    assert out.exists() and "wrote" in capsys.readouterr().out
+    assert cli.main(["verify", str(out), "--against", str(vit_file), "--data", "fashion_mnist", "--limit", "50",
+                     "--runs", "5", "--threads", "1"]) == 0
+    table = capsys.readouterr().out
+    assert "| m.tflite |" in table and "Interpreter 1T ms" in table and "CompiledModel 1T ms" in table
+
+
+def test_dynamic_batch(vit_file, tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    out = tmp_path / "dyn.tflite"
+    tflite_export.export_tflite(vit_file, out, quantize="float32", dynamic_batch=True)
+    interpreter = Interpreter(model_path=str(out))
+    detail = interpreter.get_input_details()[0]
+    assert list(detail["shape_signature"]) == [-1, 28, 28, 3]
+    interpreter.resize_tensor_input(detail["index"], [4, 28, 28, 3])
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(detail["index"], np.zeros((4, 28, 28, 3), np.float32))
+    interpreter.invoke()
+    scores = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    assert scores.shape == (4, 10) and np.allclose(scores.sum(-1), 1.0, atol=1e-5)

@@ -1,0 +1,165 @@
+"""vit_keras.data and vit_keras.pipeline: real Fashion-MNIST, image folders, a local tfds dataset, tf.data."""
+
+import gzip
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vit_keras import data as vdata
+from vit_keras.pipeline import make_dataset, random_resized_crop
+
+
+def test_fashion_mnist_from_debian_idx_files():
+    images, labels, names = vdata.load_arrays("fashion_mnist", "test", limit=500)
+    assert images.shape == (500, 28, 28, 1) and images.dtype == np.uint8
+    assert labels.dtype == np.int64 and set(np.unique(labels)) <= set(range(10))
+    assert names[0] == "T-shirt/top" and len(names) == 10
+    assert images.max() > 200  # real pixels, not zeros
+
+
+def test_read_idx_roundtrip_and_bad_magic(tmp_path):
+    array = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    path = tmp_path / "x-idx3-ubyte.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(bytes([0, 0, 0x08, 3]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape) + array.tobytes())
+    np.testing.assert_array_equal(vdata.read_idx(path), array)
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\x12\x34\x08\x01\x00\x00\x00\x01\x00")
+    with pytest.raises(ValueError, match="magic"):
+        vdata.read_idx(bad)
+
+
+def make_folder(root, classes=("cat", "dog"), per_class=6):
+    modes = ["L", "RGB", "RGBA", "P", "I;16", "1"]
+    rng = np.random.default_rng(0)
+    for c in classes:
+        os.makedirs(root / c, exist_ok=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 255, (20 + 2 * i, 24, 3), dtype=np.uint8)
+            mode = modes[i % len(modes)]
+            if mode == "I;16":
+                image = Image.fromarray(pixels[..., 0].astype(np.uint16) * 200)
+            else:
+                image = Image.fromarray(pixels).convert(mode)
+            image.save(root / c / f"{i}.png")
+    return root
+
+
+def test_folder_skips_corrupt_images_and_mixes_sizes_and_modes(tmp_path):
+    root = make_folder(tmp_path / "pets")
+    (root / "cat" / "broken.jpg").write_bytes(b"not an image")
+    (root / "dog" / "truncated.png").write_bytes((root / "dog" / "1.png").read_bytes()[:60])
+    (root / "dog" / "notes.txt").write_text("ignored: not an image extension")
+    both = [vdata.load_dataset(f"folder:{root}", split, val_fraction=0.3, seed=1) for split in ("train", "val")]
+    assert sum(len(d.skipped) for d in both) == 2
+    assert sum(len(d.labels) for d in both) == 12
+    for d in both:
+        assert d.images.dtype == np.uint8 and d.images.ndim == 4 and d.images.shape[-1] == 3
+        assert d.class_names == ["cat", "dog"]
+    again = vdata.load_dataset(f"folder:{root}", "val", val_fraction=0.3, seed=1)
+    np.testing.assert_array_equal(again.images, both[1].images)  # the split is seeded
+    other = vdata.load_dataset(f"folder:{root}", "val", val_fraction=0.3, seed=2)
+    assert not np.array_equal(other.labels, both[1].labels) or not np.array_equal(other.images, both[1].images)
+    sized = vdata.load_dataset(f"folder:{root}", "train", val_fraction=0.3, image_size=16)
+    assert sized.images.shape[1:] == (16, 16, 3)
+
+
+def test_folder_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        vdata.load_arrays(f"folder:{tmp_path / 'missing'}")
+    (tmp_path / "empty" / "a").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no images"):
+        vdata.load_arrays(f"folder:{tmp_path / 'empty'}")
+    make_folder(tmp_path / "one", classes=("only",))
+    with pytest.raises(ValueError, match="only one class"):
+        vdata.load_arrays(f"folder:{tmp_path / 'one'}")
+    with pytest.raises(ValueError, match="Unknown dataset"):
+        vdata.load_arrays("mnist_please")
+    with pytest.raises(ValueError, match="split"):
+        vdata.load_arrays("fashion_mnist", split="dev")
+
+
+def test_local_tfds_dataset(tmp_path):
+    import tensorflow_datasets as tfds
+
+    class VitKerasTinyShapes(tfds.core.GeneratorBasedBuilder):
+        """Six 8x8 RGB images in two classes, built offline."""
+
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self):
+            return tfds.core.DatasetInfo(
+                builder=self,
+                features=tfds.features.FeaturesDict({
+                    "image": tfds.features.Image(shape=(8, 8, 3)),
+                    "label": tfds.features.ClassLabel(names=["dark", "light"]),
+                }),
+                supervised_keys=("image", "label"),
+            )
+
+        def _split_generators(self, dl_manager):
+            return {"train": self._generate_examples(6), "test": self._generate_examples(2)}
+
+        def _generate_examples(self, n):
+            for i in range(n):
+                label = i % 2
+                yield i, {"image": np.full((8, 8, 3), 40 + 170 * label, np.uint8), "label": label}
+
+    images, labels, names = vdata.load_arrays("tfds:vit_keras_tiny_shapes", "train", data_dir=str(tmp_path))
+    assert images.shape == (6, 8, 8, 3) and names == ["dark", "light"]
+    assert sorted(labels.tolist()) == [0, 0, 0, 1, 1, 1]
+    assert all(images[i].mean() == 40 + 170 * labels[i] for i in range(6))
+    test_images, _, _ = vdata.load_arrays("tfds:vit_keras_tiny_shapes", "test", data_dir=str(tmp_path))
+    assert len(test_images) == 2
+    with pytest.raises(FileNotFoundError, match="not found"):
+        vdata.load_arrays("tfds:no_such_dataset_here", data_dir=str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def fashion():
+    images, labels, _ = vdata.load_arrays("fashion_mnist", "train", limit=256)
+    return images, labels
+
+
+def batches(dataset, n=2):
+    return [(x.numpy(), y.numpy()) for x, y in dataset.take(n)]
+
+
+@pytest.mark.parametrize("augment,mixup,cutmix", [("crop", 0.0, 0.0), ("randaugment", 0.0, 0.0), ("flip", 0.4, 1.0)])
+def test_pipeline_is_deterministic_given_a_seed(fashion, augment, mixup, cutmix):
+    kw = dict(num_classes=10, image_size=32, channels=3, batch_size=32, training=True, augment=augment,
+              mixup=mixup, cutmix=cutmix)
+    a, b = batches(make_dataset(*fashion, seed=5, **kw)), batches(make_dataset(*fashion, seed=5, **kw))
+    c = batches(make_dataset(*fashion, seed=6, **kw))
+    for (xa, ya), (xb, yb) in zip(a, b):
+        np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
+    assert not np.array_equal(a[0][0], c[0][0])
+    x, y = a[0]
+    assert x.shape == (32, 32, 32, 3) and x.dtype == np.float32 and 0 <= x.min() and x.max() <= 255
+    np.testing.assert_allclose(x[..., 0], x[..., 2])  # gray repeated to RGB
+    assert y.shape == (32, 10)
+    np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-5)  # mixed labels still sum to one
+
+
+def test_eval_pipeline_keeps_order_and_pixels(fashion):
+    images, labels = fashion
+    dataset = make_dataset(images, labels, 10, batch_size=100, one_hot=False)
+    x = np.concatenate([b[0] for b in batches(dataset, 3)])
+    y = np.concatenate([b[1] for b in batches(dataset, 3)])
+    np.testing.assert_array_equal(x, images.astype(np.float32))  # last partial batch kept, no augmentation
+    np.testing.assert_array_equal(y, labels)
+
+
+def test_full_crop_is_identity_and_bad_arguments(fashion):
+    import tensorflow as tf
+
+    x = tf.constant(fashion[0][:4].astype("float32"))
+    same = random_resized_crop(x, (28, 28), (1.0, 1.0), tf.constant([1, 2], tf.int64), ratio=(1.0, 1.0))
+    np.testing.assert_allclose(same.numpy(), x.numpy(), atol=1e-4)
+    with pytest.raises(ValueError, match="augment"):
+        make_dataset(*fashion, num_classes=10, augment="rotate")
+    with pytest.raises(ValueError, match="one_hot"):
+        make_dataset(*fashion, num_classes=10, mixup=0.2, one_hot=False)

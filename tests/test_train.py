@@ -1,0 +1,235 @@
+"""vit_keras.train and the train/evaluate commands: recipe, precision, tf.distribute, resumption, NaN, CLI."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+import vit_keras
+from apps import cli
+from vit_keras import runs, train
+from vit_keras.data import load_arrays
+from vit_keras.pipeline import make_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1)
+TINY_ARGS = ["--hidden-size", "32", "--num-heads", "2", "--mlp-dim", "64", "--num-layers", "1"]
+
+
+def tiny_model(**kw):
+    config = {**TINY, "pooling": "gap", "class_token": False, **kw}
+    return vit_keras.VisionTransformer(image_size=28, patch_size=7, channels=1, num_classes=10,
+                                       include_preprocessing=True, **config)
+
+
+@pytest.fixture(scope="module")
+def fashion():
+    return load_arrays("fashion_mnist", "train", limit=512)
+
+
+def test_warmup_cosine_schedule_and_serialization():
+    schedule = train.WarmupCosine(1e-3, total_steps=100, warmup_steps=10, end=1e-5)
+    lr = [float(schedule(s)) for s in (0, 5, 10, 55, 100, 150)]
+    np.testing.assert_allclose(lr, [0, 5e-4, 1e-3, 0.5 * (1e-3 + 1e-5), 1e-5, 1e-5], rtol=1e-5, atol=1e-9)
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert isinstance(again, train.WarmupCosine) and again.get_config() == schedule.get_config()
+    assert train.scaled_learning_rate(1e-3, 1024) == pytest.approx(2e-3)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        train.WarmupCosine(1e-3, total_steps=10, warmup_steps=20)
+
+
+def test_no_weight_decay_on_norms_biases_position_embedding_and_cls():
+    model = tiny_model(pooling="token", class_token=True)
+    optimizer = train.make_optimizer(1e-3)
+    decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
+    skipped = {v.path for v in model.trainable_variables} - decayed
+    assert {"embedding/pos_embedding", "embedding/cls", "embedding/bias", "encoder_norm/gamma",
+            "encoder_norm/beta", "head/bias", "encoderblock_0/norm1/gamma"} <= skipped
+    assert {"embedding/kernel", "head/kernel", "encoderblock_0/attn/qkv/kernel", "encoderblock_0/fc1/kernel"} <= decayed
+    assert all(v.endswith("kernel") for v in decayed)
+    assert optimizer.global_clipnorm == 1.0
+
+
+def fit_steps(fashion, precision, steps=12, seed=0):
+    """Train a tiny model for a few steps under ``precision``; returns (loss before, loss after, model)."""
+    images, labels, _ = fashion
+    train.set_precision(precision)
+    try:
+        keras.utils.set_random_seed(seed)
+        model = tiny_model()
+        schedule = train.WarmupCosine(3e-3, total_steps=steps, warmup_steps=2)
+        train.compile_model(model, schedule, precision, jit_compile=False)
+        data = make_dataset(images, labels, 10, batch_size=64, training=True, augment="none", seed=seed)
+        probe = make_dataset(images[:256], labels[:256], 10, batch_size=256)
+        before = model.evaluate(probe, verbose=0, return_dict=True)["loss"]
+        model.fit(data.repeat(), steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
+        after = model.evaluate(probe, verbose=0, return_dict=True)["loss"]
+        return before, after, model
+    finally:
+        train.set_precision("float32")
+
+
+def test_a_few_steps_on_fashion_mnist_lower_the_loss(fashion):
+    before, after, _ = fit_steps(fashion, "float32", steps=16)
+    assert after < before - 0.3, (before, after)
+
+
+def test_precision_policies_train_close_to_float32(fashion):
+    _, reference, _ = fit_steps(fashion, "float32")
+    for precision in ("mixed_float16", "mixed_bfloat16"):
+        before, after, model = fit_steps(fashion, precision)
+        assert after < before and abs(after - reference) < 0.1 * reference, (precision, after, reference)
+        assert model.get_layer("head").compute_dtype == "float32"  # logits in float32
+        assert model.get_layer("encoderblock_0").compute_dtype == precision.split("_")[1]
+        if precision == "mixed_float16":
+            assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(fashion, tmp_path):
+    images, labels, _ = fashion
+    keras.utils.set_random_seed(0)
+    model = tiny_model()
+    steps = len(images) // 64
+    # A sane LR for epoch 1, then one large enough to overflow the logits in epoch 2.
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([steps], [1e-3, 1e30])
+    train.compile_model(model, schedule, jit_compile=False, clipnorm=None)
+    data = make_dataset(images, labels, 10, batch_size=64, training=True, augment="none")
+    callbacks = runs.make_callbacks(str(tmp_path), 64, tensorboard=False)
+    with pytest.raises(train.NonFiniteLoss, match="last good checkpoint is kept") as error:
+        model.fit(data, epochs=3, callbacks=callbacks, verbose=0, shuffle=False)
+    assert "epoch 2" in str(error.value)
+    good = keras.saving.load_model(tmp_path / "checkpoint.keras", compile=False)
+    assert all(np.isfinite(w).all() for w in good.get_weights())
+    assert not (tmp_path / "model.keras").exists()
+
+
+def run_cli(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_then_rerun_resumes_to_the_full_epoch_count(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "apps.cli", "train", "--data", "fashion_mnist", "--limit", "1024", "--epochs",
+               "3", "--batch-size", "32", "--out", str(out), "--no-jit", "--quiet", *TINY_ARGS]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    history, deadline = out / "history.csv", time.time() + 400
+    while time.time() < deadline and process.poll() is None:  # wait for epoch 1 to finish, then kill in epoch 2
+        if history.exists() and len(history.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert process.poll() is None, "training ended before it could be interrupted"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (out / "model.keras").exists()
+    rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Epoch 1/3" not in rerun.stdout and "Epoch 3/3" in rerun.stdout  # resumed, epoch 1 not redone
+    rows = history.read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["completed"] and config["epochs"] == 3
+    assert (out / "labels.txt").read_text().splitlines()[0] == "T-shirt/top"
+    model = keras.saving.load_model(out / "model.keras", compile=False)
+    assert model.input_shape == (None, 28, 28, 1) and model.get_config()["include_preprocessing"]
+    # evaluate: a per-class table and a confusion-matrix PNG
+    evaluated = run_cli("evaluate", str(out / "model.keras"), "--limit", "300", "--confusion", str(tmp_path / "c.png"))
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert "accuracy" in evaluated.stdout and "Ankle boot" in evaluated.stdout
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+MIRRORED = """
+import sys, json, numpy as np, tensorflow as tf
+tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                           [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from vit_keras import train
+kw = dict(limit=256, epochs=1, batch_size=64, augment="none", jit_compile=False, verbose=0, tensorboard=False,
+          model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+weights = {}
+for strategy in ("default", "mirrored"):
+    config = train.train("fashion_mnist", sys.argv[1] + "/" + strategy, strategy=strategy, **kw)
+    model = keras.saving.load_model(sys.argv[1] + "/" + strategy + "/model.keras", compile=False)
+    weights[strategy] = (config["replicas"], model.get_weights())
+gap = max(float(np.abs(a - b).max()) for a, b in zip(weights["default"][1], weights["mirrored"][1]))
+print(json.dumps(dict(replicas=weights["mirrored"][0], gap=gap)))
+"""
+
+
+@pytest.mark.slow
+def test_mirrored_strategy_over_two_logical_cpus_matches_one_device(tmp_path):
+    result = subprocess.run([sys.executable, "-c", MIRRORED, str(tmp_path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["replicas"] == 2 and figures["gap"] < 5e-3, figures
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_two_processes_match_one_worker(tmp_path):
+    args = ["train", "--data", "fashion_mnist", "--limit", "256", "--epochs", "1", "--batch-size", "64",
+            "--augment", "none", "--no-jit", "--quiet", *TINY_ARGS]
+    workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    processes = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "apps.cli", *args, "--strategy", "multi_worker", "--out", str(tmp_path / "two")],
+            cwd=ROOT, env={**os.environ, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    one = run_cli(*args, "--strategy", "default", "--out", str(tmp_path / "one"))
+    outputs = [p.communicate(timeout=600) for p in processes]
+    assert one.returncode == 0, one.stderr[-2000:]
+    for p, (_, err) in zip(processes, outputs):
+        assert p.returncode == 0, err[-3000:]
+    config = json.loads((tmp_path / "two" / "config.json").read_text())
+    assert config["replicas"] == 2
+    a = keras.saving.load_model(tmp_path / "one" / "model.keras", compile=False).get_weights()
+    b = keras.saving.load_model(tmp_path / "two" / "model.keras", compile=False).get_weights()
+    assert max(float(np.abs(x - y).max()) for x, y in zip(a, b)) < 5e-3
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train", "--out", "X", "--data", "folder:/no/such/folder"], "does not exist"),
+    (["train", "--out", "X", "--epochs", "0"], "--epochs must be a positive integer"),
+    (["train", "--out", "X", "--model", "vit_q99"], "--model 'vit_q99' is unknown"),
+    (["train", "--out", "X", "--data", "imagenet"], "--data must be"),
+    (["train", "--out", "X", "--weights", "/no/such.keras"], "does not exist"),
+    (["evaluate", "/no/such/model.keras"], "does not exist"),
+])
+def test_cli_bad_input_gives_clean_errors(argv, message, capsys, tmp_path):
+    argv = [str(tmp_path / a) if a == "X" else a for a in argv]
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_one_class_folder_and_bad_image_size(capsys, tmp_path):
+    from PIL import Image
+
+    (tmp_path / "only").mkdir()
+    Image.new("L", (28, 28)).save(tmp_path / "only" / "a.png")
+    assert cli.main(["train", "--out", str(tmp_path / "o"), "--data", f"folder:{tmp_path}"]) == 2
+    assert "only one class" in capsys.readouterr().err
+    (tmp_path / "other").mkdir()
+    for i in range(3):
+        Image.new("L", (28, 28), 255).save(tmp_path / "other" / f"{i}.png")
+        Image.new("L", (28, 28), 0).save(tmp_path / "only" / f"{i}.png")
+    assert cli.main(["train", "--out", str(tmp_path / "o"), "--data", f"folder:{tmp_path}", "--image-size", "30",
+                     "--patch-size", "4", "--val-fraction", "0.3"]) == 2
+    assert "not divisible by `patch_size`" in capsys.readouterr().err

@@ -1,0 +1,249 @@
+"""Datasets as in-memory arrays: Fashion-MNIST, any tfds dataset, or a folder of images.
+
+``load_arrays(spec, split)`` returns ``(images uint8 (N, H, W, C), labels int64 (N,), class_names)``
+with ``spec`` one of
+
+  "fashion_mnist"   the IDX files of the Debian package ``dataset-fashion-mnist``
+                    (/usr/share/datasets/fashion-mnist), else tfds ``fashion_mnist``;
+  "tfds:NAME"       a tfds dataset (``data_dir`` as for ``tfds.load``);
+  "folder:PATH"     one sub-folder per class; a seeded split gives "train" and "val"/"test".
+
+Images are decoded here, once (Pillow for folders), so the tf.data pipeline in
+``vit_keras.pipeline`` only reads arrays and keeps up with training on a small CPU.
+"""
+
+import collections
+import gzip
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+log = logging.getLogger("vit_keras.data")
+
+FASHION_MNIST_DIR = os.environ.get("VIT_KERAS_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
+FASHION_MNIST_CLASSES = [
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+]
+SPLITS = ("train", "val", "test")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+
+
+@dataclass
+class ArrayDataset:
+    images: np.ndarray  # uint8 (N, H, W, C)
+    labels: np.ndarray  # int64 (N,)
+    class_names: list
+    skipped: list = field(default_factory=list)  # (path, reason) of unreadable files
+
+    @property
+    def num_classes(self):
+        return len(self.class_names)
+
+
+def load_arrays(spec, split="train", limit=None, seed=0, **kwargs):
+    """``(images uint8 (N,H,W,C), labels int64 (N,), class_names)`` for a dataset spec; see the module doc."""
+    data = load_dataset(spec, split=split, limit=limit, seed=seed, **kwargs)
+    return data.images, data.labels, data.class_names
+
+
+def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fraction=0.1, image_size=None):
+    """An ``ArrayDataset`` (with the list of skipped files) for ``spec``.
+
+    ``limit`` keeps the first N examples (after the seeded shuffle for folders).
+    ``image_size`` (int or (h, w)) resizes folder images; by default a folder with
+    mixed sizes is resized to its most common size.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"Unknown `split`={split!r}; valid values are {', '.join(map(repr, SPLITS))}.")
+    if limit is not None and int(limit) < 1:
+        raise ValueError(f"`limit` must be a positive int or None; got {limit}.")
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"`data` must be 'fashion_mnist', 'tfds:NAME' or 'folder:PATH'; got {spec!r}.")
+    if spec == "fashion_mnist":
+        data = _fashion_mnist(split, data_dir)
+    elif spec.startswith("tfds:"):
+        data = _tfds(spec[5:], split, data_dir)
+    elif spec.startswith("folder:"):
+        data = _folder(spec[7:], split, seed, val_fraction, image_size)
+    else:
+        raise ValueError(f"Unknown dataset {spec!r}; valid values are 'fashion_mnist', 'tfds:NAME', 'folder:PATH'.")
+    if limit is not None:
+        data.images, data.labels = data.images[: int(limit)], data.labels[: int(limit)]
+    return data
+
+
+def read_idx(path):
+    """An IDX file (gzipped or not) as a numpy array: the MNIST family's format."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise ValueError(f"{path} is not an IDX file (bad magic number).")
+    dtypes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+    dtype, ndim = raw[2], raw[3]
+    if dtype not in dtypes:
+        raise ValueError(f"{path}: unknown IDX element type 0x{dtype:02x}.")
+    shape = struct.unpack(f">{ndim}I", raw[4: 4 + 4 * ndim])
+    data = np.frombuffer(raw, dtype=dtypes[dtype], offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"{path} is truncated: {data.size} values for shape {shape}.")
+    return data.reshape(shape)
+
+
+def _fashion_mnist(split, data_dir):
+    prefix = "train" if split == "train" else "t10k"  # Fashion-MNIST has no validation split: val = test
+    images_path = os.path.join(FASHION_MNIST_DIR, f"{prefix}-images-idx3-ubyte.gz")
+    labels_path = os.path.join(FASHION_MNIST_DIR, f"{prefix}-labels-idx1-ubyte.gz")
+    if os.path.exists(images_path) and os.path.exists(labels_path):
+        images = read_idx(images_path).astype(np.uint8)[..., None]
+        labels = read_idx(labels_path).astype(np.int64)
+        return ArrayDataset(images, labels, list(FASHION_MNIST_CLASSES))
+    log.info("%s not found; falling back to tfds 'fashion_mnist'.", images_path)
+    return _tfds("fashion_mnist", split, data_dir)
+
+
+def _tfds(name, split, data_dir):
+    if not name:
+        raise ValueError("`data`='tfds:NAME' needs a dataset name, e.g. 'tfds:cifar10'.")
+    import tensorflow_datasets as tfds
+
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except Exception as error:  # tfds raises DatasetNotFoundError and friends
+        raise FileNotFoundError(f"tfds dataset {name!r} not found: {error}") from None
+    if not builder.is_prepared():
+        try:
+            builder.download_and_prepare()
+        except Exception as error:
+            raise FileNotFoundError(
+                f"tfds dataset {name!r} is not prepared in {builder.data_dir!r} and could not be downloaded "
+                f"({type(error).__name__}: {error}). Prepare it with `tfds build {name}` or pass data_dir."
+            ) from None
+    splits = builder.info.splits
+    tfds_split = split
+    if split == "val":
+        tfds_split = "validation" if "validation" in splits else "test"
+    if split == "test" and "test" not in splits:
+        tfds_split = "validation"
+    if tfds_split not in splits:
+        raise ValueError(f"tfds dataset {name!r} has no {split!r} split; it has {', '.join(splits)}.")
+    keys = builder.info.supervised_keys
+    if not keys:
+        raise ValueError(f"tfds dataset {name!r} has no (image, label) supervised keys.")
+    image_key, label_key = keys[0], keys[1]
+    dataset = builder.as_dataset(split=tfds_split, shuffle_files=False)
+    images, labels = [], []
+    for example in tfds.as_numpy(dataset):
+        images.append(_ensure_hwc(np.asarray(example[image_key])))
+        labels.append(int(example[label_key]))
+    if not images:
+        raise ValueError(f"tfds dataset {name!r} split {tfds_split!r} is empty.")
+    images = _stack_images(images, target_size=None)
+    label_feature = builder.info.features[label_key]
+    num_classes = getattr(label_feature, "num_classes", None) or max(labels) + 1
+    names = getattr(label_feature, "names", None) or [str(i) for i in range(num_classes)]
+    return ArrayDataset(images, np.asarray(labels, np.int64), list(names))
+
+
+def _ensure_hwc(image):
+    if image.ndim == 2:
+        image = image[..., None]
+    if image.dtype != np.uint8:
+        image = np.clip(image, 0, 255).astype(np.uint8)
+    return image
+
+
+def _stack_images(images, target_size):
+    """One uint8 array from images of possibly mixed sizes and channel counts."""
+    channels = 3 if any(im.shape[-1] >= 3 for im in images) else 1
+    sizes = collections.Counter(im.shape[:2] for im in images)
+    size = tuple(target_size) if target_size else sizes.most_common(1)[0][0]
+    if len(sizes) > 1 and not target_size:
+        log.warning("Images have %d different sizes; resizing all to %s.", len(sizes), size)
+    out = np.empty((len(images), *size, channels), np.uint8)
+    from PIL import Image
+
+    for i, im in enumerate(images):
+        if im.shape[-1] == 4:
+            im = im[..., :3]
+        if im.shape[-1] != channels:
+            im = np.repeat(im, channels, axis=-1)
+        if im.shape[:2] != size:
+            resized = Image.fromarray(im.squeeze(-1) if channels == 1 else im).resize(size[::-1], Image.BILINEAR)
+            im = np.asarray(resized).reshape(*size, channels)
+        out[i] = im
+    return out
+
+
+def list_folder(path):
+    """``(files, labels, class_names)`` of a class-per-sub-folder tree, sorted, with clear errors."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"Image folder {path!r} does not exist (expected one sub-folder per class).")
+    class_names = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)) and not d.startswith("."))
+    files, labels = [], []
+    for label, name in enumerate(class_names):
+        for root, _, names in sorted(os.walk(os.path.join(path, name))):
+            for file in sorted(names):
+                if file.lower().endswith(IMAGE_EXTENSIONS) and not file.startswith("."):
+                    files.append(os.path.join(root, file))
+                    labels.append(label)
+    if not files:
+        raise ValueError(f"Image folder {path!r} has no images ({', '.join(IMAGE_EXTENSIONS)}) in class sub-folders.")
+    used = sorted(set(labels))
+    if len(used) < 2:
+        found = class_names[used[0]] if used else "none"
+        raise ValueError(f"Image folder {path!r} has images of only one class ({found}); a classifier needs >= 2.")
+    return files, np.asarray(labels, np.int64), class_names
+
+
+def decode_image(path):
+    """A uint8 (H, W, 1|3) array from an image file; raises on corrupt files."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()
+        if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+            array = np.asarray(image, np.float64)
+            array = array / max(array.max(), 1.0) * 255.0  # 16/32-bit gray: stretch to 8 bits
+            return array.astype(np.uint8)[..., None]
+        if image.mode in ("L", "1"):
+            return np.asarray(image.convert("L"))[..., None]
+        if "A" in image.mode or (image.mode == "P" and "transparency" in image.info):
+            background = Image.new("RGBA", image.size, (255, 255, 255, 255))
+            image = Image.alpha_composite(background, image.convert("RGBA"))
+        return np.asarray(image.convert("RGB"))
+
+
+def split_indices(n, seed, val_fraction):
+    """Seeded (train, val) index arrays; val gets at least one example."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"`val_fraction` must be in (0, 1); got {val_fraction}.")
+    order = np.random.default_rng(seed).permutation(n)
+    n_val = min(max(int(round(n * val_fraction)), 1), n - 1)
+    return order[n_val:], order[:n_val]
+
+
+def _folder(path, split, seed, val_fraction, image_size):
+    files, labels, class_names = list_folder(path)
+    train, val = split_indices(len(files), seed, val_fraction)
+    chosen = train if split == "train" else val
+    images, kept, skipped = [], [], []
+    for i in chosen:
+        try:
+            images.append(decode_image(files[i]))
+            kept.append(labels[i])
+        except Exception as error:  # Pillow raises many types for bad files
+            skipped.append((files[i], f"{type(error).__name__}: {error}"))
+    if skipped:
+        log.warning("Skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0][0])
+    if not images:
+        raise ValueError(f"No readable images in the {split!r} split of {path!r} ({len(skipped)} skipped).")
+    target = None
+    if image_size is not None:
+        from .layers import pair
+
+        target = pair(image_size, "image_size")
+    return ArrayDataset(_stack_images(images, target), np.asarray(kept, np.int64), class_names, skipped)

@@ -1,0 +1,169 @@
+"""The tf.data input pipeline: arrays -> augmented batches, deterministic given a seed.
+
+    uint8 arrays -> cache -> shuffle -> batch -> [random-resized-crop | resize]
+        -> channels (gray <-> RGB) -> flip -> [RandAugment] -> float32 0..255
+        -> [MixUp | CutMix] -> prefetch
+
+Images are decoded once by ``vit_keras.data``; every step here works on whole
+batches (``tf.image.crop_and_resize`` with per-image random boxes, stateless
+random ops seeded per batch) so a 2-core CPU spends its time in the model, not
+here. Normalization is left to the model (``include_preprocessing=True`` maps
+0..255 to -1..1), so exported models take raw pixels.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from .layers import pair
+
+AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
+
+
+def make_dataset(
+    images,
+    labels,
+    num_classes,
+    image_size=None,
+    channels=None,
+    batch_size=128,
+    training=False,
+    seed=0,
+    augment="crop",
+    crop_scale=(0.35, 1.0),
+    flip=True,
+    mixup=0.0,
+    cutmix=0.0,
+    one_hot=True,
+    drop_remainder=None,
+    repeat=False,
+):
+    """A batched ``tf.data.Dataset`` of (float32 images 0..255, labels) from uint8 arrays.
+
+    training: shuffle and augment (seeded); otherwise only resize and channel conversion.
+    augment: "none" | "flip" | "crop" (random-resized-crop + flip) | "randaugment" (crop + flip + RandAugment).
+    mixup / cutmix: alpha of keras.layers.MixUp / factor of keras.layers.CutMix (0 = off);
+      when both are on, each batch gets one of them at random. They need one_hot=True.
+    one_hot: labels as float one-hot vectors (needed by label smoothing and MixUp) or int64.
+    """
+    if augment not in AUGMENTATIONS:
+        raise ValueError(f"Unknown `augment`={augment!r}; valid values are {', '.join(map(repr, AUGMENTATIONS))}.")
+    if (mixup or cutmix) and not one_hot:
+        raise ValueError("`mixup`/`cutmix` mix labels, so they need `one_hot=True`.")
+    images, labels = np.asarray(images), np.asarray(labels, np.int64)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4 or len(images) != len(labels):
+        raise ValueError(f"Expected images (N, H, W, C) and labels (N,); got {images.shape} and {labels.shape}.")
+    if int(batch_size) < 1:
+        raise ValueError(f"`batch_size` must be a positive int; got {batch_size}.")
+    size = pair(image_size, "image_size") if image_size is not None else images.shape[1:3]
+    channels = int(channels or images.shape[-1])
+    augment = augment if training else "none"
+    drop_remainder = training if drop_remainder is None else drop_remainder
+
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).cache()
+    if training:
+        dataset = dataset.shuffle(min(len(images), 50_000), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.batch(int(batch_size), drop_remainder=drop_remainder)
+    # One stateless seed per batch, different every epoch, the same for every run with this seed.
+    batch_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+    dataset = tf.data.Dataset.zip((dataset, batch_seeds))
+
+    rand_augment = keras.layers.RandAugment(value_range=(0, 255), seed=seed) if augment == "randaugment" else None
+
+    def transform(batch, batch_seed):
+        x, y = batch
+        x = tf.cast(x, tf.float32)
+        if augment in ("crop", "randaugment"):
+            x = random_resized_crop(x, size, crop_scale, batch_seed)
+        elif tuple(x.shape[1:3]) != tuple(size):
+            x = tf.image.resize(x, size, antialias=True)
+        x = convert_channels(x, channels)
+        if augment != "none" and flip:
+            x = random_flip(x, batch_seed + 1)
+        if rand_augment is not None:
+            x = rand_augment(x, training=True)
+        x = tf.clip_by_value(x, 0.0, 255.0)
+        if one_hot:
+            y = tf.one_hot(y, num_classes, dtype=tf.float32)
+        return x, y
+
+    # Sequential maps: the Keras layers' seed generators are stateful, so order must not vary.
+    if rand_augment is None:
+        dataset = dataset.map(transform, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    else:
+        dataset = dataset.map(transform)
+    if training and (mixup or cutmix):
+        dataset = dataset.map(_mixer(mixup, cutmix, seed))
+    options = tf.data.Options()
+    options.deterministic = True
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def _mixer(mixup, cutmix, seed):
+    layers = []
+    if mixup:
+        layers.append(keras.layers.MixUp(alpha=float(mixup), seed=seed))
+    if cutmix:
+        layers.append(keras.layers.CutMix(factor=float(cutmix), seed=seed + 1))
+
+    def mix(x, y):
+        data = {"images": x, "labels": y}
+        if len(layers) == 1:
+            out = layers[0](data, training=True)
+        else:
+            choose_mixup = tf.random.stateless_uniform((), seed=tf.stack([seed, tf.cast(tf.reduce_sum(y), tf.int32)]))
+            out = tf.cond(choose_mixup < 0.5, lambda: layers[0](data, training=True),
+                          lambda: layers[1](data, training=True))
+        return out["images"], out["labels"]
+
+    return mix
+
+
+def random_resized_crop(x, size, scale, seed, ratio=(3 / 4, 4 / 3)):
+    """Inception-style crop of each image: area in ``scale``, aspect ratio in ``ratio``, resized to ``size``."""
+    n = tf.shape(x)[0]
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 4)
+    area = tf.random.stateless_uniform([n], seeds[0], scale[0], scale[1])
+    log_ratio = tf.random.stateless_uniform([n], seeds[1], np.log(ratio[0]), np.log(ratio[1]))
+    aspect = tf.exp(log_ratio)
+    h = tf.minimum(tf.sqrt(area / aspect), 1.0)
+    w = tf.minimum(tf.sqrt(area * aspect), 1.0)
+    top = tf.random.stateless_uniform([n], seeds[2]) * (1.0 - h)
+    left = tf.random.stateless_uniform([n], seeds[3]) * (1.0 - w)
+    # crop_and_resize puts the first/last samples exactly on the box corners (in units of H - 1), so
+    # place the corners on the centres of the first/last output pixels: a full box is then the identity.
+    height, width = tf.cast(tf.shape(x)[1], tf.float32), tf.cast(tf.shape(x)[2], tf.float32)
+    out_h, out_w = float(size[0]), float(size[1])
+
+    def corners(start, extent, pixels, out):
+        first = (start + 0.5 * extent / out) * pixels - 0.5
+        last = (start + extent - 0.5 * extent / out) * pixels - 0.5
+        return first / tf.maximum(pixels - 1.0, 1.0), last / tf.maximum(pixels - 1.0, 1.0)
+
+    y1, y2 = corners(top, h, height, out_h)
+    x1, x2 = corners(left, w, width, out_w)
+    boxes = tf.stack([y1, x1, y2, x2], axis=1)
+    return tf.image.crop_and_resize(x, boxes, tf.range(n), size)
+
+
+def random_flip(x, seed):
+    """Left-right flip of a random half of the batch."""
+    coin = tf.random.stateless_uniform([tf.shape(x)[0], 1, 1, 1], tf.cast(seed, tf.int64)) < 0.5
+    return tf.where(coin, tf.reverse(x, axis=[2]), x)
+
+
+def convert_channels(x, channels):
+    """Gray -> RGB by repetition, RGB -> gray by luma, as the model's input wants."""
+    have = x.shape[-1]
+    if have == channels:
+        return x
+    if have == 1 and channels == 3:
+        return tf.repeat(x, 3, axis=-1)
+    if have == 3 and channels == 1:
+        return tf.image.rgb_to_grayscale(x)
+    raise ValueError(f"Cannot convert images with {have} channels to the model's {channels}.")

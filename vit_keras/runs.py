@@ -1,0 +1,112 @@
+"""A run directory: callbacks that checkpoint, back up and log a ``fit``, and atomic file writes.
+
+    DIR/model.keras        the final model            DIR/checkpoint.keras  the last good epoch
+    DIR/history.csv        one row per epoch           DIR/backup/           BackupAndRestore (resume)
+    DIR/config.json        the resolved config         DIR/logs/             TensorBoard
+    DIR/labels.txt         class names in label order
+"""
+
+import json
+import os
+import time
+
+import keras
+import numpy as np
+
+
+class NonFiniteLoss(RuntimeError):
+    """Raised when the loss turns NaN or Inf; the last good checkpoint is left in place."""
+
+
+class StopOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
+    """TerminateOnNaN that raises at once, before any epoch-end callback can save the bad weights."""
+
+    def __init__(self, checkpoint_path):
+        super().__init__(raise_error=True)
+        self.checkpoint_path = checkpoint_path
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.isfinite(loss):
+            kept = (f"the last good checkpoint is kept at {self.checkpoint_path}"
+                    if os.path.exists(self.checkpoint_path) else "no epoch had finished, so there is no checkpoint")
+            raise NonFiniteLoss(f"Loss became {loss} at epoch {self.epoch + 1}, batch {batch + 1}; stopping. "
+                                f"{kept.capitalize()}. Try a lower learning rate or --precision float32.")
+
+
+class Throughput(keras.callbacks.Callback):
+    """Images per second of each epoch (training steps, wall clock) as ``img_per_s``, and its CPU seconds."""
+
+    def __init__(self, batch_size):
+        super().__init__()
+        self.batch_size = batch_size
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start, self.steps, self.cpu = time.perf_counter(), 0, sum(os.times()[:2])
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps = batch + 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None and self.steps:
+            logs["img_per_s"] = self.steps * self.batch_size / (time.perf_counter() - self.start)
+            logs["cpu_s"] = sum(os.times()[:2]) - self.cpu  # CPU seconds of the epoch: robust to a shared CPU
+
+
+def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tensorboard=True):
+    """Checkpoint, backup (resume), CSV history, TensorBoard, NaN stop and throughput callbacks.
+
+    ``worker``: a non-chief multi-worker task's name; its files go to a sub-folder of its own.
+    """
+    work = out_dir if worker is None else os.path.join(out_dir, f".{worker}")
+    os.makedirs(work, exist_ok=True)
+    checkpoint = os.path.join(work, "checkpoint.keras")
+    callbacks = [
+        StopOnNonFiniteLoss(checkpoint),
+        Throughput(batch_size),
+        keras.callbacks.BackupAndRestore(os.path.join(work, "backup"), save_freq=backup_every),
+        keras.callbacks.ModelCheckpoint(checkpoint, save_freq="epoch"),
+        keras.callbacks.CSVLogger(os.path.join(work, "history.csv"), append=True),
+    ]
+    if tensorboard:
+        callbacks.append(keras.callbacks.TensorBoard(os.path.join(work, "logs"), update_freq="epoch"))
+    return callbacks
+
+
+def clean_history(path):
+    """Keep the last row of each epoch in a CSV history (a resumed epoch is logged again)."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        lines = [line for line in f.read().splitlines() if line.strip()]
+    if len(lines) < 2:
+        return
+    header, rows = lines[0], {}
+    for line in lines[1:]:
+        if line == header:
+            continue
+        rows[int(line.split(",")[0])] = line
+    write_text(path, "\n".join([header, *(rows[k] for k in sorted(rows))]) + "\n")
+
+
+def write_text(path, text):
+    """Atomic write: a temp file beside ``path`` then ``os.replace``."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_json(path, data):
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def save_model(model, path):
+    """Atomic ``model.save``: Keras writes a temp ``.keras`` that then replaces ``path``."""
+    tmp = f"{path[:-len('.keras')]}.tmp-{os.getpid()}.keras"
+    model.save(tmp)
+    os.replace(tmp, path)

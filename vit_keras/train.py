@@ -1,0 +1,326 @@
+"""Training: the paper's recipe with ``model.fit``, mixed precision, tf.distribute, resumable runs.
+
+Recipe (Dosovitskiy et al. 2020, Appendix B; DeiT for the small-data regularizers):
+  AdamW (no weight decay on norms, biases, position embedding, cls token), linear warmup
+  then cosine decay (``WarmupCosine``), label smoothing, global-norm clipping at 1.0, drop-path.
+
+Batch size is global: each of R replicas sees batch_size / R. Following Goyal et al. (2017)
+the peak learning rate scales linearly with it, ``lr = base_lr * batch_size / 512``
+(``scaled_learning_rate``), with the warmup absorbing the large-batch start.
+
+Mixed precision: the policy is global (``keras.mixed_precision``); LayerNorm computes in
+float32 (``ops.layer_normalization`` upcasts), attention's softmax runs in float32 (the
+core's MultiHeadSelfAttention) and the head is a float32 layer, so logits and loss are float32.
+mixed_float16 wraps the optimizer in ``keras.optimizers.LossScaleOptimizer``.
+"""
+
+import csv
+import json
+import math
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from .layers import pair, register
+from .runs import NonFiniteLoss  # noqa: F401  (re-exported: callers catch it from here)
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
+# Variable names (``variable.name``) kept out of weight decay: LayerNorm/BatchNorm scale and offset,
+# all biases, the position embeddings and the class token.
+NO_DECAY_PATTERN = r"^(gamma|beta|bias|pos_embedding|pos_row|pos_col|pos_cls|cls)$"
+BASE_BATCH_SIZE = 512
+
+
+@register
+class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from 0 to ``peak`` over ``warmup_steps``, then cosine decay to ``end`` at ``total_steps``."""
+
+    def __init__(self, peak, total_steps, warmup_steps=0, end=0.0):
+        if total_steps < 1 or not 0 <= warmup_steps <= total_steps:
+            raise ValueError(f"Need 0 <= warmup_steps <= total_steps and total_steps >= 1; "
+                             f"got warmup_steps={warmup_steps}, total_steps={total_steps}.")
+        self.peak, self.end = float(peak), float(end)
+        self.total_steps, self.warmup_steps = int(total_steps), int(warmup_steps)
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warmup = self.peak * step / max(self.warmup_steps, 1)
+        progress = tf.clip_by_value((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
+        cosine = self.end + 0.5 * (self.peak - self.end) * (1.0 + tf.cos(math.pi * progress))
+        return tf.where(step < self.warmup_steps, warmup, cosine)
+
+    def get_config(self):
+        return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, end=self.end)
+
+
+def scaled_learning_rate(base_lr, batch_size, base_batch_size=BASE_BATCH_SIZE):
+    """The linear scaling rule: the peak LR grows in proportion to the global batch size."""
+    return base_lr * batch_size / base_batch_size
+
+
+def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32", beta_2=0.999):
+    """AdamW with the no-decay exclusions and global-norm clipping (loss-scaled under float16)."""
+    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=beta_2,
+                                       global_clipnorm=clipnorm)
+    optimizer.exclude_from_weight_decay(var_names=[NO_DECAY_PATTERN])
+    if precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def set_precision(precision):
+    """Set the global Keras dtype policy; call before building the model."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"Unknown `precision`={precision!r}; valid values are {', '.join(map(repr, PRECISIONS))}.")
+    keras.mixed_precision.set_global_policy(precision)
+
+
+def get_strategy(name="auto"):
+    """A tf.distribute strategy by name.
+
+    auto: TPUStrategy when a TPU is found, MirroredStrategy with > 1 GPU, else the default.
+    multi_worker: MultiWorkerMirroredStrategy; the cluster comes from the TF_CONFIG variable.
+    tpu: TPUStrategy on the TPU named by TPU_NAME (empty: the local / Cloud TPU VM).
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"Unknown `strategy`={name!r}; valid values are {', '.join(map(repr, STRATEGIES))}.")
+    if name == "auto":
+        if _tpu_present():
+            name = "tpu"
+        elif len(tf.config.list_logical_devices("GPU")) > 1:
+            name = "mirrored"
+        else:
+            name = "default"
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        # Without GPUs, mirror over the logical CPU devices (one replica unless they were split).
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.MirroredStrategy(None if gpus else [d.name for d in tf.config.list_logical_devices("CPU")])
+    if name == "multi_worker":
+        if "TF_CONFIG" not in os.environ:
+            raise ValueError("`strategy`='multi_worker' needs the TF_CONFIG environment variable (cluster and task).")
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", ""))
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _tpu_present():
+    # Cheap checks first: a TPU VM exposes /dev/accel* or /dev/vfio; Cloud TPU nodes set TPU_NAME.
+    if not (os.environ.get("TPU_NAME") or os.path.exists("/dev/accel0") or os.path.isdir("/dev/vfio")):
+        return False
+    try:
+        tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", ""))
+        return True
+    except (ValueError, tf.errors.NotFoundError):
+        return False
+
+
+def worker_role(strategy):
+    """(is_chief, task name): only the chief writes the run's files; other workers keep their own backups."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return True, "chief"
+    task_type, task_id = resolver.task_type, resolver.task_id
+    chief = task_type in (None, "chief") or (task_type == "worker" and task_id == 0 and
+                                             "chief" not in resolver.cluster_spec().as_dict())
+    return chief, f"{task_type}-{task_id}"
+
+
+def compile_model(model, schedule, precision="float32", weight_decay=0.05, label_smoothing=0.1, clipnorm=1.0,
+                  jit_compile="auto", steps_per_execution=1):
+    """Compile with the recipe's optimizer and a label-smoothed loss on one-hot labels."""
+    model.compile(
+        optimizer=make_optimizer(schedule, weight_decay, clipnorm, precision),
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing),
+        metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+        jit_compile=jit_compile,
+        steps_per_execution=steps_per_execution,
+    )
+    return model
+
+
+# The quick recipe: a small ViT whose patch grid is 7x7 or 8x8 whatever the data's size (49-64 tokens),
+# GAP pooling (no class token), tanh GELU; a few epochs at a large batch.
+QUICK = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="gap", class_token=False,
+             gelu_approximate=True)
+RECIPES = {
+    "quick": dict(model=QUICK, epochs=6, batch_size=256, base_lr=3e-3, weight_decay=0.05, warmup_epochs=0.5,
+                  label_smoothing=0.1, drop_path=0.0, augment="flip", mixup=0.0, cutmix=0.0),
+    "long": dict(model=dict(QUICK, hidden_size=128, num_heads=4, mlp_dim=256, num_layers=6), epochs=40,
+                 batch_size=256, base_lr=3e-3, weight_decay=0.05, warmup_epochs=2, label_smoothing=0.1,
+                 drop_path=0.1, augment="crop", mixup=0.0, cutmix=0.0),
+}
+
+
+def quick_patch(side):
+    """A patch size giving a 7x7 or 8x8 grid on a ``side``-pixel image."""
+    return max(side // 7 if side % 7 == 0 else side // 8, 1)
+
+
+def quick_image_size(data_size):
+    """The quick recipe's input size and patch: 28 -> (28, 4); small images keep their size, big ones go to 64."""
+    side = max(data_size) if max(data_size) <= 32 else 64
+    patch = quick_patch(side)
+    return (side // patch * patch, side // patch * patch), patch
+
+
+def build_model(num_classes, channels, data_size, model_name=None, image_size=None, recipe="quick",
+                drop_path=0.0, weights=None, seed=0, overrides=None):
+    """The model to train: a named ViT (``model_name``) or the recipe's small ViT, taking raw 0-255 pixels."""
+    from .models import VisionTransformer, create_model
+
+    keras.utils.set_random_seed(seed)
+    common = dict(num_classes=num_classes, channels=channels, include_preprocessing=True, drop_path=drop_path)
+    if weights and str(weights).endswith(".keras"):
+        return finetune_from(weights, num_classes, image_size)
+    if model_name is None:
+        size, patch = quick_image_size(data_size)
+        if image_size is not None:
+            size = pair(image_size, "image_size")
+            patch = quick_patch(max(size))
+        config = {**RECIPES[recipe]["model"], "patch_size": patch, **(overrides or {})}
+        return VisionTransformer(image_size=size, name="vit_quick", **config, **common)
+    return create_model(model_name, image_size=image_size or data_size, weights=weights, **common, **(overrides or {}))
+
+
+def finetune_from(path, num_classes, image_size=None):
+    """A saved VisionTransformer, resized to ``image_size`` and given a fresh head for ``num_classes``."""
+    from .models import VisionTransformer, resize_model
+
+    model = keras.saving.load_model(path, compile=False)
+    if image_size is not None:
+        model = resize_model(model, image_size)
+    if model.get_config()["num_classes"] != num_classes:
+        fresh = VisionTransformer.from_config({**model.get_config(), "num_classes": num_classes})
+        for source, target in zip(model.layers, fresh.layers):
+            if target.name != "head":
+                target.set_weights(source.get_weights())
+        model = fresh
+    return model
+
+
+def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epochs=None, batch_size=None,
+          learning_rate=None, weight_decay=None, label_smoothing=None, drop_path=None, augment=None, mixup=None,
+          cutmix=None, warmup_epochs=None, precision="float32", strategy="auto", weights=None, seed=0, limit=None,
+          data_dir=None, val_fraction=0.1, backup_every="epoch", jit_compile=True, verbose="auto",
+          tensorboard=True, model_overrides=None):
+    """Train on ``data`` ("fashion_mnist" | "tfds:NAME" | "folder:PATH") into ``out_dir``; rerun to resume.
+
+    Unset hyper-parameters come from ``RECIPES[recipe]``; ``learning_rate`` is the peak LR for the
+    given global ``batch_size`` (default: the recipe's base LR scaled linearly from batch 512).
+    ``model_overrides`` (e.g. hidden_size, num_layers, patch_size) change the model's architecture.
+    Returns the resolved config with the final metrics. Raises ``NonFiniteLoss`` if the loss blows up.
+    """
+    from . import runs
+    from .data import load_dataset
+    from .pipeline import make_dataset
+
+    if recipe not in RECIPES:
+        raise ValueError(f"Unknown `recipe`={recipe!r}; valid values are {', '.join(map(repr, RECIPES))}.")
+    set_precision(precision)
+    dist = get_strategy(strategy)  # before other TF work: multi-worker needs a fresh context
+    defaults = RECIPES[recipe]
+    hp = dict(epochs=epochs, batch_size=batch_size, weight_decay=weight_decay, label_smoothing=label_smoothing,
+              drop_path=drop_path, augment=augment, mixup=mixup, cutmix=cutmix, warmup_epochs=warmup_epochs)
+    hp = {k: defaults[k] if v is None else v for k, v in hp.items()}
+    for key in ("epochs", "batch_size"):
+        if int(hp[key]) < 1:
+            raise ValueError(f"`{key}` must be a positive int; got {hp[key]}.")
+    hp["learning_rate"] = learning_rate or scaled_learning_rate(defaults["base_lr"], hp["batch_size"])
+
+    train_data = load_dataset(data, "train", limit=limit, seed=seed, data_dir=data_dir, val_fraction=val_fraction)
+    val_data = load_dataset(data, "val", limit=limit, seed=seed, data_dir=data_dir, val_fraction=val_fraction)
+    num_classes, channels = train_data.num_classes, train_data.images.shape[-1]
+    data_size = train_data.images.shape[1:3]
+    chief, task = worker_role(dist)
+    os.makedirs(out_dir, exist_ok=True)
+    config_path = os.path.join(out_dir, "config.json")
+
+    with dist.scope():
+        model = build_model(num_classes, channels, data_size, model_name, image_size, recipe, hp["drop_path"],
+                            weights, seed, model_overrides)
+        vit = model.get_config()
+        steps_per_epoch = len(train_data.images) // hp["batch_size"]
+        if steps_per_epoch < 1:
+            raise ValueError(f"`batch_size`={hp['batch_size']} is larger than the {len(train_data.images)} "
+                             "training images; use a smaller batch size.")
+        schedule = WarmupCosine(hp["learning_rate"], steps_per_epoch * hp["epochs"],
+                                min(int(steps_per_epoch * hp["warmup_epochs"]), steps_per_epoch * hp["epochs"]))
+        compile_model(model, schedule, precision, hp["weight_decay"], hp["label_smoothing"], jit_compile=jit_compile)
+        if isinstance(dist, tf.distribute.MultiWorkerMirroredStrategy):
+            _prebuild(model, hp["batch_size"], num_classes)
+
+    config = dict(data=data, model=model_name or "vit_quick", recipe=recipe, precision=precision, strategy=strategy,
+                  replicas=dist.num_replicas_in_sync, seed=seed, limit=limit, weights=weights, vit=vit,
+                  class_names=train_data.class_names, train_examples=len(train_data.images),
+                  val_examples=len(val_data.images), skipped_images=len(train_data.skipped) + len(val_data.skipped),
+                  steps_per_epoch=steps_per_epoch, **hp)
+    previous = _read_json(config_path)
+    if previous.get("completed") and {k: previous.get(k) for k in config} == json.loads(json.dumps(config)):
+        print(f"{out_dir} already holds this finished run; nothing to do (delete the folder to retrain).")
+        return previous
+    if chief:
+        runs.write_json(config_path, config)
+        runs.write_text(os.path.join(out_dir, "labels.txt"), "\n".join(train_data.class_names) + "\n")
+
+    size, model_channels = vit["image_size"], vit["channels"]
+    pipeline = dict(num_classes=num_classes, image_size=size, channels=model_channels, seed=seed)
+    train_ds = make_dataset(train_data.images, train_data.labels, batch_size=hp["batch_size"], training=True,
+                            augment=hp["augment"], mixup=hp["mixup"], cutmix=hp["cutmix"], **pipeline)
+    val_ds = make_dataset(val_data.images, val_data.labels, batch_size=hp["batch_size"], **pipeline)
+    callbacks = runs.make_callbacks(out_dir, hp["batch_size"], None if chief else task, backup_every,
+                                    tensorboard and chief)
+    start = time.perf_counter()
+    model.fit(train_ds, validation_data=val_ds, epochs=hp["epochs"], callbacks=callbacks, verbose=verbose,
+              shuffle=False)  # the pipeline shuffles, seeded
+    seconds = time.perf_counter() - start
+
+    history_path = os.path.join(out_dir, "history.csv")
+    if chief:
+        runs.clean_history(history_path)
+    config.update(completed=True, fit_seconds_last_session=round(seconds, 1), **_last_row(history_path))
+    if chief:
+        runs.save_model(model, os.path.join(out_dir, "model.keras"))
+        runs.write_json(config_path, config)
+    return config
+
+
+def _prebuild(model, batch_size, num_classes):
+    """Work around two Keras 3.15 TF-trainer bugs under MultiWorkerMirroredStrategy (per instance).
+
+    1. ``fit`` builds the model by all-reducing a nested (x, y) batch, which the collective reduce
+       cannot take ("unsupported type PerReplica"): build from shapes here and skip that step.
+    2. Step logs are reduced with ``strategy.reduce("MEAN", v, axis=0)``, which fails on the scalar
+       metrics: give them a leading axis of 1, so the mean over workers is the usual scalar.
+    """
+    x = np.zeros((batch_size, *model.input_shape[1:]), "float32")
+    model._symbolic_build(data_batch=(x, np.zeros((batch_size, num_classes), "float32")))
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    for name in ("train_step", "test_step"):
+        step = getattr(model, name)
+        setattr(model, name, lambda data, step=step: {k: tf.reshape(v, [1]) for k, v in step(data).items()})
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _last_row(path):
+    """The final epoch's metrics from a CSV history, as floats."""
+    try:
+        with open(path) as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return {}
+    return {f"final_{k}": float(v) for k, v in rows[-1].items() if k != "epoch" and v} if rows else {}
