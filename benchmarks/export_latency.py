@@ -83,22 +83,10 @@ def build(name, fmnist_model):
     return model, [f"class_{i}" for i in range(1000)], calibration
 
 
-def timed(run, count):
-    import statistics
-    import time
-
-    times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        run.invoke()
-        times.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(times)
-
-
 def interleaved_latency(paths, cols, runs, rounds, warmup=10):
     """{(mode, runtime, threads): median ms}, timing every model in turn, round after round, so a
     shared CPU's load drifts over all of them alike; ratios come from the same rounds."""
-    from convert.verify import model_input, prepare, runner
+    from convert.verify import median_invoke_ms, model_input, prepare, runner
 
     runners = {}
     for mode, path in paths.items():
@@ -107,13 +95,13 @@ def interleaved_latency(paths, cols, runs, rounds, warmup=10):
         for runtime, threads in cols:
             run = runner(path, runtime, threads)
             run.set_input(batch)
-            timed(run, warmup)
+            median_invoke_ms(run, warmup)
             runners[mode, runtime, threads] = run
     samples = {key: [] for key in runners}
     per_round = max(runs // rounds, 5)
     for _ in range(rounds):
         for key, run in runners.items():
-            samples[key].append(timed(run, per_round))
+            samples[key].append(median_invoke_ms(run, per_round))
     return samples
 
 

@@ -98,6 +98,11 @@ def latency_ms(path, runtime="interpreter", threads=2, runs=50, warmup=10):
     run.set_input(prepare(rng.integers(0, 256, (1, *shape[1:]), dtype=np.uint8), dtype, norm))
     for _ in range(warmup):
         run.invoke()
+    return median_invoke_ms(run, runs)
+
+
+def median_invoke_ms(run, runs):
+    """Median wall time of ``runs`` invocations of a prepared runner, in milliseconds."""
     times = []
     for _ in range(runs):
         start = time.perf_counter()

@@ -4,3 +4,21 @@ Each module defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(arg
 Modules import only the standard library at top level, so building the parser
 stays fast; heavy imports (TensorFlow, LiteRT) happen inside ``run``.
 """
+
+import argparse
+
+
+def positive_int(text):
+    """argparse type: an int >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_runtime_arguments(parser):
+    """--threads and --runtime, shared by the commands that run a .tflite on LiteRT."""
+    parser.add_argument("--threads", type=positive_int, default=None, help="LiteRT CPU threads (default: up to 4)")
+    parser.add_argument("--runtime", choices=("interpreter", "compiled"), default="interpreter",
+                        help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
+                             "CompiledModel")

@@ -1,26 +1,16 @@
 """`vit-keras classify MODEL.tflite IMAGE... [--top-k 5] [--json]`: classify image files and folders."""
 
-import argparse
+from apps.commands import add_runtime_arguments, positive_int
 
 HELP = "Classify images with a .tflite model (LiteRT, labels and normalization from the model's metadata)."
-
-
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_arguments(parser):
     parser.add_argument("model", help="a .tflite exported by `vit-keras export`")
     parser.add_argument("images", nargs="+", help="image files or folders of images")
-    parser.add_argument("--top-k", type=_positive, default=5, help="labels to show per image (default 5)")
+    parser.add_argument("--top-k", type=positive_int, default=5, help="labels to show per image (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-    parser.add_argument("--threads", type=_positive, default=None, help="LiteRT CPU threads (default: up to 4)")
-    parser.add_argument("--runtime", choices=("interpreter", "compiled"), default="interpreter",
-                        help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
-                             "CompiledModel")
+    add_runtime_arguments(parser)
 
 
 def run(args):

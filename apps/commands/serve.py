@@ -2,6 +2,8 @@
 
 import argparse
 
+from apps.commands import add_runtime_arguments, positive_int
+
 HELP = "Serve a web page that classifies uploaded or example images with a .tflite model."
 
 
@@ -12,25 +14,15 @@ def _port(text):
     return value
 
 
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def add_arguments(parser):
     parser.add_argument("model", help="a .tflite exported by `vit-keras export`")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=_port, default=7860, help="port (default 7860)")
     parser.add_argument("--keras", default=None, help="the matching .keras, for an attention overlay when the "
                                                       ".tflite has no attention output (loads TensorFlow)")
-    parser.add_argument("--top-k", type=_positive, default=5, help="labels shown (default 5)")
-    parser.add_argument("--workers", type=_positive, default=2, help="concurrent inferences (default 2)")
-    parser.add_argument("--threads", type=_positive, default=None, help="LiteRT threads per inference")
-    parser.add_argument("--runtime", choices=("interpreter", "compiled"), default="interpreter",
-                        help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
-                             "CompiledModel")
+    parser.add_argument("--top-k", type=positive_int, default=5, help="labels shown (default 5)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="concurrent inferences (default 2)")
+    add_runtime_arguments(parser)
 
 
 def run(args):
