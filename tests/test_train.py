@@ -110,6 +110,36 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(fashion, tmp_p
     assert not (tmp_path / "model.keras").exists()
 
 
+class CrashAtEpochEnd(keras.callbacks.Callback):
+    """Stands in for a kill at one point of an epoch's end: after the callbacks placed before it."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("position", [2, 4, 5])  # before the checkpoint, before the backup, after all
+def test_a_kill_anywhere_in_an_epoch_end_resumes_with_every_epoch_logged_once(fashion, tmp_path, position):
+    images, labels, _ = fashion
+    data = make_dataset(images[:128], labels[:128], 10, batch_size=64, training=True, augment="none")
+
+    def fit(crash):
+        keras.utils.set_random_seed(0)
+        model = tiny_model()
+        train.compile_model(model, 1e-3, jit_compile=False)
+        callbacks = runs.make_callbacks(str(tmp_path), 64, tensorboard=False)
+        if crash:
+            callbacks.insert(min(position, len(callbacks)), CrashAtEpochEnd())
+        model.fit(data, epochs=3, callbacks=callbacks, verbose=0, shuffle=False)
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(crash=True)
+    fit(crash=False)
+    runs.clean_history(tmp_path / "history.csv")
+    rows = (tmp_path / "history.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]
+
+
 def run_cli(*args, env=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
@@ -126,7 +156,7 @@ def test_sigkill_mid_epoch_then_rerun_resumes_to_the_full_epoch_count(tmp_path):
         if history.exists() and len(history.read_text().splitlines()) >= 2:
             break
         time.sleep(0.2)
-    time.sleep(1.0)
+    time.sleep(0.5)
     assert process.poll() is None, "training ended before it could be interrupted"
     process.send_signal(signal.SIGKILL)
     process.wait()

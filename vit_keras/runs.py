@@ -68,12 +68,14 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
     callbacks = [
         StopOnNonFiniteLoss(checkpoint),
         Throughput(batch_size),
-        keras.callbacks.BackupAndRestore(os.path.join(work, "backup"), save_freq=backup_every),
         keras.callbacks.ModelCheckpoint(checkpoint, save_freq="epoch"),
         keras.callbacks.CSVLogger(os.path.join(work, "history.csv"), append=True),
     ]
     if tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(work, "logs"), update_freq="epoch"))
+    # The backup decides where a rerun resumes, so it is written last: a kill before it means the epoch is
+    # redone (and its history row replaced), never an epoch that resumes as done but was not logged.
+    callbacks.append(keras.callbacks.BackupAndRestore(os.path.join(work, "backup"), save_freq=backup_every))
     return callbacks
 
 
@@ -86,8 +88,9 @@ def clean_history(path):
     if len(lines) < 2:
         return
     header, rows = lines[0], {}
+    fields = header.count(",")
     for line in lines[1:]:
-        if line == header:
+        if line == header or line.count(",") != fields:  # a repeated header, or a row cut short by a kill
             continue
         rows[int(line.split(",")[0])] = line
     write_text(path, "\n".join([header, *(rows[k] for k in sorted(rows))]) + "\n")
