@@ -87,6 +87,28 @@ def test_attention_maps_for_every_layer():
         np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("batch,micro_batches", [(5, 4), (1, 4), (6, 2), (3, 1)])
+def test_micro_batched_inference_equals_the_model(batch, micro_batches):
+    import tensorflow as tf
+
+    model = tiny(stem="conv", patch_size=4)  # BatchNorm in the stem: inference statistics, per example
+    images = np.random.default_rng(0).normal(size=(batch, 32, 32, 3)).astype("float32")
+    expected = np.asarray(model(images, training=False))
+    forward = vit_keras.predict_function(model, micro_batches=micro_batches)
+    np.testing.assert_allclose(np.asarray(forward(tf.constant(images))), expected, atol=1e-5)
+    labels = np.zeros(batch, "int64")
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(2)
+    np.testing.assert_allclose(vit_keras.predict(model, dataset, micro_batches=micro_batches), expected, atol=1e-5)
+    np.testing.assert_allclose(vit_keras.predict(model, images, batch_size=4, jit_compile=False), expected, atol=1e-5)
+
+
+def test_micro_batched_inference_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="micro_batches"):
+        vit_keras.predict_function(tiny(), micro_batches=0)
+    with pytest.raises(ValueError, match="empty"):
+        vit_keras.predict(tiny(), np.zeros((0, 32, 32, 3), "float32"))
+
+
 def test_save_load_round_trip_safe_mode(tmp_path):
     model = tiny(pooling="gap", position_embedding="learned_2d", drop_path=0.1, stem="conv", patch_size=4,
                  include_preprocessing=True)

@@ -5,6 +5,7 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from .inference import predict, predict_function  # noqa: E402
 from .layers import (  # noqa: E402
     DropPath,
     MultiHeadSelfAttention,

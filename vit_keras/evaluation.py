@@ -8,6 +8,7 @@ def evaluate_arrays(model, images, labels, class_names, batch_size=256):
 
     Images are resized / converted to the model's input size and channels by the pipeline.
     """
+    from .inference import predict
     from .pipeline import make_dataset
 
     height, width, channels = model.input_shape[1:]
@@ -17,7 +18,7 @@ def evaluate_arrays(model, images, labels, class_names, batch_size=256):
                          f"({', '.join(class_names[:5])}...).")
     dataset = make_dataset(images, labels, num_classes, image_size=(height, width), channels=channels,
                            batch_size=batch_size, one_hot=False)
-    logits = np.asarray(model.predict(dataset, verbose=0), np.float64)
+    logits = np.asarray(predict(model, dataset), np.float64)
     labels = np.asarray(labels, np.int64)
     log_probs = logits - logits.max(1, keepdims=True)
     log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
