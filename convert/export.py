@@ -138,9 +138,11 @@ def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000):
 
 def convert(model, quantize="float32", calibration=None, dynamic_batch=False, float_ops=INT8_FLOAT_OPS):
     """Converted flatbuffer bytes (no metadata yet); ValueError for anything but builtin ops."""
+    from .graph import norm_count
+
     model_bytes = convert_graph(model, quantize, calibration, dynamic_batch)
     if quantize == "int8":
-        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=2 * model.vit_config["num_layers"] + 1)
+        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model))
     custom = unsupported_ops(model_bytes)
     if custom:
         raise ValueError(f"the {quantize} model needs non-builtin ops {', '.join(custom)}; "

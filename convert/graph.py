@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from vit_keras.layers import TransformerBlock
 from vit_keras.models import VisionTransformer
+from vit_keras.stems import ResNetV2Stem
 
 # Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: x / 127.5 - 1.
 PIXEL_MEAN = 127.5
@@ -57,6 +58,44 @@ def layer_norm(layer, x):
     variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
     y = centred * tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
     return y * tf.constant(numpy(layer.gamma)) + tf.constant(numpy(layer.beta))
+
+
+def group_norm(layer, x):
+    """GroupNormalization with layer_norm's int8-friendly ops, on 4-D tensors (no 5-D group reshape)."""
+    _, height, width, channels = x.shape
+    grouped = tf.reshape(x, (-1, height * width, layer.groups, channels // layer.groups))
+    mean = tf.reduce_mean(grouped, axis=[1, 3], keepdims=True)
+    centred = grouped - mean
+    variance = tf.reduce_mean(centred * centred, axis=[1, 3], keepdims=True)
+    y = centred * tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
+    return tf.reshape(y, (-1, height, width, channels)) * tf.constant(numpy(layer.gamma)) + tf.constant(numpy(layer.beta))
+
+
+def std_conv(layer, x):
+    """StdConv2D with its kernel standardized once, here, instead of at every call."""
+    kernel = numpy(layer.kernel)
+    kernel = (kernel - kernel.mean(axis=(0, 1, 2))) / np.sqrt(kernel.var(axis=(0, 1, 2)) + layer.std_epsilon)
+    return tf.nn.conv2d(x, tf.constant(kernel), strides=layer.strides, padding=layer.padding.upper())
+
+
+def resnet_stem(stem, x):
+    """ResNetV2Stem.call, with the int8-friendly GroupNorm and pre-standardized kernels."""
+    x = tf.nn.relu(group_norm(stem.gn_root, std_conv(stem.conv_root, x)))
+    x = tf.nn.max_pool2d(x, 3, 2, "SAME")
+    for unit in stem.units:
+        residual = x
+        if "conv_proj" in unit:
+            residual = group_norm(unit["gn_proj"], std_conv(unit["conv_proj"], x))
+        y = tf.nn.relu(group_norm(unit["gn1"], std_conv(unit["conv1"], x)))
+        y = tf.nn.relu(group_norm(unit["gn2"], std_conv(unit["conv2"], y)))
+        x = tf.nn.relu(residual + group_norm(unit["gn3"], std_conv(unit["conv3"], y)))
+    return x
+
+
+def norm_count(model):
+    """How many LayerNorm / GroupNorm layers the model has (each adds one named epsilon node)."""
+    kinds = (keras.layers.LayerNormalization, keras.layers.GroupNormalization)
+    return sum(isinstance(layer, kinds) for layer in model._flatten_layers(include_self=False))
 
 
 def dense(layer, x, kernel=None, bias=None):
@@ -122,7 +161,9 @@ def forward(model, images, raw_pixels):
     for layer in model.layers[1:]:
         if layer.name == "preprocessing":
             continue  # done above, or by the runtime from the normalization metadata
-        if isinstance(layer, TransformerBlock):
+        if isinstance(layer, ResNetV2Stem):
+            x = resnet_stem(layer, x)
+        elif isinstance(layer, TransformerBlock):
             x = transformer_block(layer, x, class_token_only=token_pooling and layer is last_block)
         elif isinstance(layer, keras.layers.LayerNormalization):
             x = layer_norm(layer, x)

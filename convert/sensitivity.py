@@ -14,7 +14,7 @@ import tempfile
 import numpy as np
 
 from .export import INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, calibration_images, convert_graph, quantize_int8
-from .graph import keras_scores
+from .graph import keras_scores, norm_count
 from .verify import predict
 
 CANDIDATES = ("CONV_2D", "FULLY_CONNECTED", "ADD", "MEAN", "SUB", "MUL", "CONCATENATION")
@@ -24,7 +24,7 @@ def op_sensitivity(model, calibration, images, base=INT8_XNNPACK_FLOAT_OPS, cand
     """Rows {float_ops, agreement, max_abs_diff, bytes}: ``base`` alone, ``base`` + each candidate, the default."""
     reference = keras_scores(model, images)
     calibrated = convert_graph(model, "int8", calibration_images(calibration, model))
-    norms = 2 * model.vit_config["num_layers"] + 1
+    norms = norm_count(model)
     sets = [tuple(base)] + [tuple(base) + (op,) for op in candidates] + [INT8_FLOAT_OPS]
     rows = []
     with tempfile.TemporaryDirectory() as folder:
