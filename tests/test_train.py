@@ -140,6 +140,15 @@ def test_a_kill_anywhere_in_an_epoch_end_resumes_with_every_epoch_logged_once(fa
     assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]
 
 
+def test_a_rerun_with_another_config_starts_afresh(tmp_path):
+    kw = dict(limit=256, batch_size=64, augment="none", jit_compile=False, verbose=0, tensorboard=False,
+              model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+    train.train("fashion_mnist", str(tmp_path), epochs=2, **kw)
+    config = train.train("fashion_mnist", str(tmp_path), epochs=1, **kw)  # another config, same folder
+    rows = (tmp_path / "history.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["0"] and config["epochs"] == 1 and config["completed"]
+
+
 def run_cli(*args, env=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)

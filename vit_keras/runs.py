@@ -8,6 +8,7 @@
 
 import json
 import os
+import shutil
 import time
 
 import keras
@@ -77,6 +78,15 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
     # redone (and its history row replaced), never an epoch that resumes as done but was not logged.
     callbacks.append(keras.callbacks.BackupAndRestore(os.path.join(work, "backup"), save_freq=backup_every))
     return callbacks
+
+
+def clear_run(out_dir):
+    """Remove a previous run's history, checkpoint, backup and final model from ``out_dir``."""
+    for name in ("history.csv", "checkpoint.keras", "model.keras"):
+        path = os.path.join(out_dir, name)
+        if os.path.exists(path):
+            os.remove(path)
+    shutil.rmtree(os.path.join(out_dir, "backup"), ignore_errors=True)
 
 
 def clean_history(path):

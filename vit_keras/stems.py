@@ -18,6 +18,9 @@ from keras import ops
 
 from .layers import register
 
+# Under tf.distribute, BatchNorm statistics over the global batch, not each replica's share: a run on
+# N replicas then trains like one device (Keras supports this on the TensorFlow backend only).
+SYNC_BN = keras.backend.backend() == "tensorflow"
 RESNET_DEPTHS = {"r26": (2, 2, 2, 2), "r50": (3, 4, 9), "r50_s32": (3, 4, 6, 3)}
 
 
@@ -129,7 +132,8 @@ class ConvStem(keras.layers.Layer):
     """log2(P) blocks of 3x3 stride-2 conv -> BatchNorm -> ReLU, widening to hidden_size / 2.
 
     BatchNorm momentum is 0.9, not Keras's 0.99: short small-data runs (a few hundred
-    steps) otherwise end with stale moving statistics and poor inference accuracy.
+    steps) otherwise end with stale moving statistics and poor inference accuracy. Its
+    statistics are synchronized across replicas (see SYNC_BN).
     """
 
     def __init__(self, patch_size, hidden_size, **kwargs):
@@ -142,7 +146,7 @@ class ConvStem(keras.layers.Layer):
         widths = [max(self.hidden_size // 2 ** (steps - i), 16) for i in range(steps)]
         self.blocks = [
             (keras.layers.Conv2D(w, 3, strides=2, padding="same", use_bias=False, name=f"conv{i}"),
-             keras.layers.BatchNormalization(momentum=0.9, name=f"bn{i}"))
+             keras.layers.BatchNormalization(momentum=0.9, synchronized=SYNC_BN, name=f"bn{i}"))
             for i, w in enumerate(widths)
         ]
         self.stride = self.patch_size
