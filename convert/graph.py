@@ -148,9 +148,15 @@ def forward(model, images, raw_pixels):
     carries them exactly); False: already normalized as (x - 127.5) / 127.5.
     """
     x = images
-    if raw_pixels:
-        x = x * (1.0 / PIXEL_STD) - PIXEL_MEAN / PIXEL_STD
     channels = model.vit_config["channels"]
+    if raw_pixels and model.vit_config.get("stem") and channels == 3:
+        # A stem's first conv has no bias to absorb the normalization's offset, so a plain x * a - b would stay
+        # a float MUL at the input (MUL is one of int8's float ops) and the input could not be uint8. As a
+        # 1x1 CONV_2D with a bias it quantizes, like the patch embedding of a plain ViT.
+        x = tf.nn.bias_add(tf.nn.conv2d(x, tf.constant(np.eye(3, dtype="float32").reshape(1, 1, 3, 3) / PIXEL_STD),
+                                        strides=1, padding="VALID"), tf.constant([-PIXEL_MEAN / PIXEL_STD] * 3))
+    elif raw_pixels:
+        x = x * (1.0 / PIXEL_STD) - PIXEL_MEAN / PIXEL_STD
     if channels == 1:
         x = tf.nn.conv2d(x, tf.constant(RGB_TO_GRAY.reshape(1, 1, 3, 1)), strides=1, padding="VALID")
     elif channels != 3:

@@ -196,3 +196,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
         np.testing.assert_allclose(scores.sum(-1), 1.0, atol=0.02)
         report = delegation_report(path)
         assert set(report["fallback"]) <= {"SLICE", "QUANTIZE"}, (mode, report)  # as plain ViTs: all in XNNPACK
+        from ai_edge_litert.interpreter import Interpreter
+
+        expected = np.uint8 if mode == "int8" else np.float32  # int8's contract: raw uint8 pixels in
+        assert Interpreter(model_path=str(path)).get_input_details()[0]["dtype"] == expected
