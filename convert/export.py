@@ -124,13 +124,31 @@ def float_node_names(base_names, count=1000):
     return [f"{name}_{i}" if i else name for name in base_names for i in range(count)]
 
 
-def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000):
-    """Full-integer model from a calibrated one: uint8 raw-pixel input, float32 scores, ``float_ops`` in float."""
+def conv_stem_nodes(calibrated):
+    """Names of the CONV_2D ops that don't read the image input: a conv stem's convs and its 1x1 patch embedding.
+
+    They hold 4% of the quick recipe's weights but fix the tokens' precision: kept in float, the Fashion-MNIST
+    model's int8 agreement goes from 99.41% to 99.52% (accuracy 89.77% -> 89.83%, Keras 89.83%) for 18 KB.
+    The conv that reads the input (RGB -> gray, or the normalization) stays int8, so the input stays uint8.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=bytes(calibrated))
+    names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
+    inputs = {d["index"] for d in interpreter.get_input_details()}
+    return [names[int(t)] for op in interpreter._get_ops_details()
+            if op["op_name"] == "CONV_2D" and not inputs & {int(t) for t in op["inputs"]} for t in op["outputs"]]
+
+
+def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_nodes=()):
+    """Full-integer model from a calibrated one: uint8 raw-pixel input, float32 scores, ``float_ops`` and
+    the ops named in ``float_nodes`` in float."""
     import tensorflow as tf
     from tensorflow.lite.python import convert as tf_convert
     from tensorflow.lite.python import util as tf_util
 
     nodes = float_node_names(INT8_FLOAT_NODES, num_norms) if "RSQRT" in float_ops else []
+    nodes += list(float_nodes)
     quantized = tf_convert.mlir_quantize(calibrated, fully_quantize=False, denylisted_ops=list(float_ops),
                                          denylisted_nodes=nodes)
     return tf_util.modify_model_io_type(quantized, tf.uint8, tf.float32)
@@ -142,7 +160,9 @@ def convert(model, quantize="float32", calibration=None, dynamic_batch=False, fl
 
     model_bytes = convert_graph(model, quantize, calibration, dynamic_batch)
     if quantize == "int8":
-        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model))
+        stem_nodes = conv_stem_nodes(model_bytes) if model.vit_config.get("stem") == "conv" and \
+            tuple(float_ops) == INT8_FLOAT_OPS else ()
+        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model), float_nodes=stem_nodes)
     custom = unsupported_ops(model_bytes)
     if custom:
         raise ValueError(f"the {quantize} model needs non-builtin ops {', '.join(custom)}; "
