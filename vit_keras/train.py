@@ -148,7 +148,8 @@ def compile_model(model, schedule, precision="float32", weight_decay=0.05, label
 
 # The quick recipe: a hybrid ViT whose conv stem (two 3x3 stride-2 convs, Xiao et al. 2021) feeds a 7x7 or
 # 8x8 token grid to 3 blocks of width 64, GAP pooling (no class token), tanh GELU. On Fashion-MNIST it beat the
-# plain patch-4 ViT of width 96 (4 blocks) in accuracy and time: 90.4% vs 88.7% test, 10.2 vs 13.7 min.
+# plain patch-4 ViT of width 96 (4 blocks, 6 epochs): 89.8% vs 88.7% test in 9.5 vs 13.7 min of fit.
+# The long recipe keeps the conv stem, wider and deeper.
 QUICK = dict(hidden_size=64, num_heads=2, mlp_dim=128, num_layers=3, pooling="gap", class_token=False,
              gelu_approximate=True, stem="conv")
 RECIPES = {
