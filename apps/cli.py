@@ -4,6 +4,8 @@ import argparse
 import importlib
 import sys
 
+from .allocator import reexec_with_tcmalloc
+
 # subcommand -> module under apps.commands
 COMMANDS = {
     "train": "train",
@@ -35,6 +37,8 @@ def build_parser():
 
 
 def main(argv=None):
+    if argv is None:  # a real process start, not a call from Python
+        reexec_with_tcmalloc()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):

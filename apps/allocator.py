@@ -1,0 +1,67 @@
+"""Run the `vit-keras` process under tcmalloc, which TensorFlow's CPU runtime needs to be fast.
+
+With glibc's malloc, XLA's per-step buffers go back to the kernel after every step and come back as
+fresh, zeroed pages: the quick recipe took ~24,000 page faults per training step and spent a fifth of
+its CPU time in the kernel. tcmalloc keeps the memory: 10x fewer page faults and 1.7x the training
+throughput on a 2-core machine (Debian package `libtcmalloc-minimal4`, installed by scripts/setup.sh).
+
+A preload must be in place before the process starts, so the CLI re-executes itself once with
+``LD_PRELOAD`` set, then restores the environment so that its own child processes start as usual.
+Set ``VIT_KERAS_TCMALLOC=0`` to opt out. In your own scripts, start Python with
+``LD_PRELOAD=libtcmalloc_minimal.so.4``.
+"""
+
+import ctypes.util
+import os
+import sys
+
+_MARK = "_VIT_KERAS_PRELOAD_WAS"  # set only for the re-executed process; holds the caller's LD_PRELOAD
+
+
+def tcmalloc_loaded():
+    """Whether tcmalloc is mapped into this process (preloaded by us or by the user)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return "tcmalloc" in maps.read()
+    except OSError:
+        return False
+
+
+def find_tcmalloc():
+    """The tcmalloc shared library's name for LD_PRELOAD, or None when it is not installed."""
+    for name in ("tcmalloc_minimal", "tcmalloc"):
+        found = ctypes.util.find_library(name)
+        if found:
+            return found
+    return None
+
+
+def reexec_with_tcmalloc():
+    """Start this command again, the same way (console script or ``python -m``), under tcmalloc.
+
+    Returns (without re-executing) on non-Linux systems, when opted out, when tcmalloc is already
+    loaded or not installed. In the re-executed process it restores the caller's ``LD_PRELOAD``.
+    """
+    if _MARK in os.environ:
+        previous = os.environ.pop(_MARK)
+        if previous:
+            os.environ["LD_PRELOAD"] = previous
+        else:
+            os.environ.pop("LD_PRELOAD", None)
+        return
+    if not sys.platform.startswith("linux") or os.environ.get("VIT_KERAS_TCMALLOC", "1") == "0":
+        return
+    if tcmalloc_loaded():
+        return
+    library = find_tcmalloc()
+    if library is None:
+        return
+    previous = os.environ.get("LD_PRELOAD", "")
+    env = dict(os.environ, LD_PRELOAD=" ".join(filter(None, (library, previous))), **{_MARK: previous})
+    # tcmalloc reports allocations over 1 GB on stderr; a big dataset in memory is not news
+    env.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    start = ["-m", spec.name] if spec is not None else [sys.argv[0]]
+    os.execve(sys.executable, [sys.executable, *start, *sys.argv[1:]], env)
