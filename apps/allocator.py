@@ -5,9 +5,9 @@ fresh, zeroed pages: the quick recipe took ~24,000 page faults per training step
 its CPU time in the kernel. tcmalloc keeps the memory: 10x fewer page faults and 1.7x the training
 throughput on a 2-core machine (Debian package `libtcmalloc-minimal4`, installed by scripts/setup.sh).
 
-A preload must be in place before the process starts, so the CLI re-executes itself once with
-``LD_PRELOAD`` set, then restores the environment so that its own child processes start as usual.
-Set ``VIT_KERAS_TCMALLOC=0`` to opt out. In your own scripts, start Python with
+A preload must be in place before the process starts, so `vit-keras train | evaluate | bench` re-execute
+themselves once with ``LD_PRELOAD`` set, then restore the environment so that their own child processes
+start as usual. Set ``VIT_KERAS_TCMALLOC=0`` to opt out. In your own scripts, start Python with
 ``LD_PRELOAD=libtcmalloc_minimal.so.4``.
 """
 

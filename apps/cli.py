@@ -19,6 +19,10 @@ COMMANDS = {
     "bench": "bench",
 }
 
+# The commands whose work is TensorFlow compute, which tcmalloc speeds up (apps/allocator.py). The others run
+# LiteRT or nothing heavy; `serve` tunes glibc's malloc for a long-lived process.
+TCMALLOC_COMMANDS = ("train", "evaluate", "bench")
+
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="vit-keras", description="Vision Transformers for Keras 3.")
@@ -37,7 +41,7 @@ def build_parser():
 
 
 def main(argv=None):
-    if argv is None:  # a real process start, not a call from Python
+    if argv is None and sys.argv[1:2] and sys.argv[1] in TCMALLOC_COMMANDS:  # a real process start
         reexec_with_tcmalloc()
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -5,9 +5,10 @@
   python benchmarks/train_fashion_mnist.py --vit-ti                # ViT-Ti/16 at 224, batch 32: training img/s
   /work/.venv-ref/bin/python benchmarks/timm_train_throughput.py   # timm's figure on the same machine
 
-Prints the per-epoch curve, test accuracy, wall and CPU seconds, and the load average before and
-after: a load above the core count means the figures were measured under contention. The CPU-time
-figure (img per CPU-second x cores) estimates the rate on a quiet machine.
+Runs under tcmalloc, as the `vit-keras` CLI does (apps/allocator.py). Prints the per-epoch curve, test
+accuracy, wall and CPU seconds, and the load average before and after: a load above the core count means
+the figures were measured under contention. The CPU-time figure (img per CPU-second x cores) estimates
+the rate on a quiet machine.
 """
 
 import argparse
@@ -92,4 +93,7 @@ if __name__ == "__main__":
     parser.add_argument("--vit-ti", action="store_true", help="ViT-Ti/16 training throughput instead")
     parser.add_argument("--steps", type=int, default=8, help="timed steps for --vit-ti")
     args = parser.parse_args()
+    from apps.allocator import reexec_with_tcmalloc
+
+    reexec_with_tcmalloc()  # as the `vit-keras` CLI runs (VIT_KERAS_TCMALLOC=0 measures without)
     vit_ti_throughput(args) if args.vit_ti else train_recipe(args)
