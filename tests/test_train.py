@@ -149,6 +149,19 @@ def test_a_rerun_with_another_config_starts_afresh(tmp_path):
     assert [r.split(",")[0] for r in rows[1:]] == ["0"] and config["epochs"] == 1 and config["completed"]
 
 
+def test_several_steps_per_execution_train_exactly_like_one(tmp_path):
+    kw = dict(limit=320, batch_size=64, epochs=1, augment="flip", jit_compile=False, verbose=0, tensorboard=False,
+              model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+    weights = []
+    for spe in (1, 3):  # 5 steps: one full execution of 3, then a partial one of 2
+        train.train("fashion_mnist", str(tmp_path / str(spe)), steps_per_execution=spe, **kw)
+        model = keras.saving.load_model(tmp_path / str(spe) / "model.keras", compile=False)
+        weights.append(model.get_weights())
+    assert max(float(np.abs(a - b).max()) for a, b in zip(*weights)) < 1e-6
+    with pytest.raises(ValueError, match="`steps_per_execution` must be a positive int"):
+        train.train("fashion_mnist", str(tmp_path / "0"), steps_per_execution=0, **kw)
+
+
 def run_cli(*args, env=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
@@ -247,6 +260,7 @@ def test_multi_worker_mirrored_two_processes_match_one_worker(tmp_path):
 @pytest.mark.parametrize("argv,message", [
     (["train", "--out", "X", "--data", "folder:/no/such/folder"], "does not exist"),
     (["train", "--out", "X", "--epochs", "0"], "--epochs must be a positive integer"),
+    (["train", "--out", "X", "--steps-per-execution", "0"], "--steps-per-execution must be a positive integer"),
     (["train", "--out", "X", "--model", "vit_q99"], "--model 'vit_q99' is unknown"),
     (["train", "--out", "X", "--data", "imagenet"], "--data must be"),
     (["train", "--out", "X", "--weights", "/no/such.keras"], "does not exist"),

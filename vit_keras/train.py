@@ -241,9 +241,10 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
     hp = dict(epochs=epochs, batch_size=batch_size, weight_decay=weight_decay, label_smoothing=label_smoothing,
               drop_path=drop_path, augment=augment, mixup=mixup, cutmix=cutmix, warmup_epochs=warmup_epochs)
     hp = {k: defaults[k] if v is None else v for k, v in hp.items()}
-    for key in ("epochs", "batch_size"):
-        if int(hp[key]) < 1:
-            raise ValueError(f"`{key}` must be a positive int; got {hp[key]}.")
+    for key, value in dict(epochs=hp["epochs"], batch_size=hp["batch_size"],
+                           steps_per_execution=steps_per_execution).items():
+        if int(value) < 1:
+            raise ValueError(f"`{key}` must be a positive int; got {value}.")
     hp["learning_rate"] = learning_rate or scaled_learning_rate(defaults["base_lr"], hp["batch_size"])
 
     train_data = load_dataset(data, "train", limit=limit, seed=seed, data_dir=data_dir, val_fraction=val_fraction)
