@@ -105,13 +105,12 @@ def dense(layer, x, kernel=None, bias=None):
     return y if layer.activation is keras.activations.linear else layer.activation(y)
 
 
-def attention(attn, x, class_token_only=False):
+def attention(attn, x, query_tokens=None):
     """Multi-head self-attention equal to MultiHeadSelfAttention in float, in XNNPACK-friendly pieces.
 
     The fused qkv kernel is cut into one small FULLY_CONNECTED per head and per q/k/v (a SPLIT
     into more than 4 outputs is not delegated), and each head is a BATCH_MATMUL pair.
-    class_token_only: compute the output for the query at position 0 alone (the last block
-    under token pooling needs nothing else).
+    query_tokens: compute the outputs for the first k queries alone, as the layer does.
     """
     d = x.shape[-1]
     heads, head_dim = attn.num_heads, d // attn.num_heads
@@ -119,7 +118,7 @@ def attention(attn, x, class_token_only=False):
     scale = 1.0 / math.sqrt(head_dim)
     kernel[:, :d] *= scale  # fold the logit scale into q
     bias[:d] *= scale
-    queries = tf.slice(x, [0, 0, 0], [-1, 1, -1]) if class_token_only else x
+    queries = tf.slice(x, [0, 0, 0], [-1, query_tokens, -1]) if query_tokens else x
 
     def project(inputs, part, head):  # part 0, 1, 2 = q, k, v; each head-major inside
         cols = slice(part * d + head * head_dim, part * d + (head + 1) * head_dim)
@@ -134,9 +133,9 @@ def attention(attn, x, class_token_only=False):
     return dense(attn.out, y)
 
 
-def transformer_block(block, z, class_token_only=False):
-    y = attention(block.attn, layer_norm(block.norm1, z), class_token_only)
-    z = (tf.slice(z, [0, 0, 0], [-1, 1, -1]) if class_token_only else z) + y
+def transformer_block(block, z):
+    y = attention(block.attn, layer_norm(block.norm1, z), block.query_tokens)
+    z = (tf.slice(z, [0, 0, 0], [-1, block.query_tokens, -1]) if block.query_tokens else z) + y
     hidden = tf.nn.gelu(dense(block.fc1, layer_norm(block.norm2, z)), approximate=block.gelu_approximate)
     return z + dense(block.fc2, hidden)
 
@@ -161,16 +160,14 @@ def forward(model, images, raw_pixels):
         x = tf.nn.conv2d(x, tf.constant(RGB_TO_GRAY.reshape(1, 1, 3, 1)), strides=1, padding="VALID")
     elif channels != 3:
         raise ValueError(f"`model` has {channels} input channels; export supports models trained on 1 or 3.")
-    # Under token pooling only the class token leaves the encoder: the last block computes it alone.
     token_pooling = model.vit_config["pooling"] == "token"
-    last_block = model.blocks[-1]
     for layer in model.layers[1:]:
         if layer.name == "preprocessing":
             continue  # done above, or by the runtime from the normalization metadata
         if isinstance(layer, ResNetV2Stem):
             x = resnet_stem(layer, x)
         elif isinstance(layer, TransformerBlock):
-            x = transformer_block(layer, x, class_token_only=token_pooling and layer is last_block)
+            x = transformer_block(layer, x)
         elif isinstance(layer, keras.layers.LayerNormalization):
             x = layer_norm(layer, x)
         elif isinstance(layer, keras.layers.Dense):

@@ -113,6 +113,23 @@ def test_transformer_block_is_pre_ln_eq2_eq3():
     np.testing.assert_allclose(out, dense(gelu, block.fc2) + z1, atol=1e-5)
 
 
+def test_query_tokens_compute_the_leading_tokens_of_the_full_block():
+    z = np.random.default_rng(3).normal(size=(2, 6, 16)).astype("float32")
+    full = TransformerBlock(num_heads=4, mlp_dim=32)
+    readout = TransformerBlock(num_heads=4, mlp_dim=32, query_tokens=1)
+    expected = ops.convert_to_numpy(full(z))
+    readout.build(z.shape)
+    readout.set_weights(full.get_weights())
+    out = ops.convert_to_numpy(readout(z))
+    assert out.shape == (2, 1, 16) == readout.compute_output_shape(z.shape)
+    np.testing.assert_allclose(out, expected[:, :1], atol=1e-5)
+    out, weights = readout(z, return_attention_scores=True)  # the maps stay whole
+    assert ops.convert_to_numpy(weights).shape == (2, 4, 6, 6)
+    np.testing.assert_allclose(ops.convert_to_numpy(out), expected[:, :1], atol=1e-5)
+    with pytest.raises(ValueError, match="query_tokens"):
+        TransformerBlock(num_heads=4, mlp_dim=32, query_tokens=0)
+
+
 def test_heads_must_divide_hidden_size():
     with pytest.raises(ValueError, match="hidden_size.*divisible by `num_heads`"):
         TransformerBlock(num_heads=3, mlp_dim=8)(np.zeros((1, 2, 8), "float32"))
@@ -134,6 +151,7 @@ def test_drop_path_drops_whole_samples_only_in_training():
     PatchEncoder(4, 8, (2, 3), class_token=False, position_embedding="learned_2d", dropout=0.1),
     MultiHeadSelfAttention(2, attention_dropout=0.1),
     TransformerBlock(2, 16, dropout=0.1, attention_dropout=0.2, drop_path=0.1, gelu_approximate=True),
+    TransformerBlock(2, 16, query_tokens=1),
     TokenPooling("gap", class_token=True),
 ])
 def test_layer_config_round_trip(layer):

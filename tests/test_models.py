@@ -77,6 +77,19 @@ def test_hybrid_stem_takes_1x1_patches_of_the_feature_map():
     assert model.predict(np.zeros((1, 64, 64, 3), "float32"), verbose=0).shape == (1, 3)
 
 
+@pytest.mark.parametrize("pooling,readout", [("token", 1), ("gap", None)])
+def test_last_block_reads_out_the_class_token_alone_with_the_same_logits(pooling, readout):
+    model = tiny(pooling=pooling, num_layers=3)
+    assert [block.query_tokens for block in model.blocks] == [None, None, readout]
+    images = np.random.default_rng(4).normal(size=(2, 32, 32, 3)).astype("float32")
+    x = ops.convert_to_tensor(images)
+    for layer in model.layers[1:]:  # the same weights, every block over all tokens
+        x = layer.attn(layer.norm1(x)) + x if isinstance(layer, vit_keras.layers.TransformerBlock) else layer(x)
+        if isinstance(layer, vit_keras.layers.TransformerBlock):
+            x = x + layer.mlp(layer.norm2(x))
+    np.testing.assert_allclose(model.predict(images, verbose=0), ops.convert_to_numpy(x), atol=1e-4)
+
+
 def test_attention_maps_for_every_layer():
     model = tiny()
     images = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype("float32")

@@ -24,7 +24,10 @@ TIMM_NAMES = {"vit_ti16": "vit_tiny_patch16_224", "vit_s16": "vit_small_patch16_
 
 
 def vit_flops(name, image_size=224, num_classes=1000):
-    """Multiply-add FLOPs (x2) of one image through a plain ViT: the matmuls, which are ~all of it."""
+    """Multiply-add FLOPs (x2) that one image costs a plain ViT: the matmuls, which are ~all of it.
+
+    The last block computes qkv for all T tokens but the rest for the class token alone (``query_tokens=1``).
+    """
     variant, patch, stem = MODELS[name]
     if stem:
         raise ValueError(f"vit_flops counts plain ViTs only; got the hybrid {name!r}.")
@@ -32,8 +35,11 @@ def vit_flops(name, image_size=224, num_classes=1000):
     d, m, layers = cfg["hidden_size"], cfg["mlp_dim"], cfg["num_layers"]
     n = (image_size // patch) ** 2
     t = n + 1
-    per_block = 2 * t * d * 3 * d + 2 * 2 * t * t * d + 2 * t * d * d + 2 * 2 * t * d * m
-    return 2 * n * patch * patch * 3 * d + layers * per_block + 2 * d * num_classes
+
+    def block(queries):
+        return 2 * t * d * 3 * d + 2 * 2 * queries * t * d + 2 * queries * d * d + 2 * 2 * queries * d * m
+
+    return 2 * n * patch * patch * 3 * d + (layers - 1) * block(t) + block(1) + 2 * d * num_classes
 
 
 def timed(fn, warmup=2, repeats=5):

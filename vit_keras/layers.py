@@ -267,19 +267,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.out = keras.layers.Dense(d, name="out")
         self.out.build(input_shape)
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(self, x, training=None, return_attention_scores=False, query_tokens=None):
+        """``query_tokens``: outputs for the first k tokens only (keys and values still come from all T).
+
+        The attention weights, when asked for, are always the full (B, heads, T, T).
+        """
         t, d = x.shape[1], x.shape[2]
+        tq = query_tokens or t
         qkv = ops.reshape(self.qkv(x), (-1, t, 3, self.num_heads, self.head_dim))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         use_explicit = return_attention_scores or (training and self.attention_dropout > 0)
         if not use_explicit:
-            y = ops.dot_product_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))
+            y = ops.dot_product_attention(q[:, :tq], k, v, scale=1.0 / math.sqrt(self.head_dim))
             weights = None
         else:
             logits = ops.einsum("bthd,bshd->bhts", q, k) * (1.0 / math.sqrt(self.head_dim))
             weights = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), x.dtype)
-            y = ops.einsum("bhts,bshd->bthd", self.attention_dropout_layer(weights, training=training), v)
-        y = self.dropout_layer(self.out(ops.reshape(y, (-1, t, d))), training=training)
+            kept = self.attention_dropout_layer(weights, training=training)[:, :, :tq]
+            y = ops.einsum("bhts,bshd->bthd", kept, v)
+        y = self.dropout_layer(self.out(ops.reshape(y, (-1, tq, d))), training=training)
         return (y, weights) if return_attention_scores else y
 
     def compute_output_shape(self, input_shape):
@@ -301,6 +307,9 @@ class TransformerBlock(keras.layers.Layer):
     The MLP is Dense(mlp_dim) -> GELU -> Dense(D), with dropout after each Dense.
     ``gelu_approximate=True`` uses the tanh form of GELU, which quantizes and
     fuses better on device; the default is the exact erf form of the paper.
+    ``query_tokens=k`` computes z for the first k tokens alone, (B, T, D) -> (B, k, D). Under
+    class-token pooling only z_L^0 is read out (eq. 4), so the last block needs k=1: the same
+    logits and gradients for 1/L less work.
     """
 
     def __init__(
@@ -312,9 +321,13 @@ class TransformerBlock(keras.layers.Layer):
         drop_path=0.0,
         norm_epsilon=1e-6,
         gelu_approximate=False,
+        query_tokens=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if query_tokens is not None and int(query_tokens) < 1:
+            raise ValueError(f"`query_tokens` must be a positive int or None (all tokens); got {query_tokens}.")
+        self.query_tokens = None if query_tokens is None else int(query_tokens)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout = float(dropout)
@@ -348,13 +361,18 @@ class TransformerBlock(keras.layers.Layer):
         return self.mlp_dropout(self.fc2(x), training=training)
 
     def call(self, z, training=None, return_attention_scores=False):
-        y = self.attn(self.norm1(z), training=training, return_attention_scores=return_attention_scores)
+        y = self.attn(self.norm1(z), training=training, return_attention_scores=return_attention_scores,
+                      query_tokens=self.query_tokens)
         y, weights = y if return_attention_scores else (y, None)
+        if self.query_tokens:
+            z = z[:, :self.query_tokens]
         z = z + self.drop_path_layer(y, training=training)
         z = z + self.drop_path_layer(self.mlp(self.norm2(z), training=training), training=training)
         return (z, weights) if return_attention_scores else z
 
     def compute_output_shape(self, input_shape):
+        if self.query_tokens and input_shape[1] is not None:
+            return (input_shape[0], min(self.query_tokens, input_shape[1]), input_shape[2])
         return input_shape
 
     def get_config(self):
@@ -367,6 +385,7 @@ class TransformerBlock(keras.layers.Layer):
             "drop_path": self.drop_path,
             "norm_epsilon": self.norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
+            "query_tokens": self.query_tokens,
         }
 
 

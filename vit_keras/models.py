@@ -3,6 +3,9 @@
     image -> [Rescaling] -> [stem] -> PatchEncoder -> TransformerBlock x L -> LayerNorm
           -> pooling (token | gap) -> [pre_logits tanh] -> head
 
+Under token pooling the last block computes the class token alone (``query_tokens=1``):
+its other outputs are never read, so the logits and gradients are the same for less work.
+
 ``VisionTransformer`` is a functional Keras model whose constructor arguments are
 its config, so it saves to ``.keras`` and reloads with ``safe_mode=True``.
 """
@@ -137,9 +140,10 @@ class VisionTransformer(keras.Model):
                          position_embedding=position_embedding, dropout=dropout, name="embedding")(x)
         for i in range(num_layers):
             rate = drop_path * i / max(num_layers - 1, 1)  # linearly increasing stochastic depth
+            readout = 1 if pooling == "token" and i == num_layers - 1 else None  # only z_L^0 is read out
             x = TransformerBlock(num_heads, mlp_dim, dropout=dropout, attention_dropout=attention_dropout,
                                  drop_path=rate, norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate,
-                                 name=f"encoderblock_{i}")(x)
+                                 query_tokens=readout, name=f"encoderblock_{i}")(x)
         x = keras.layers.LayerNormalization(epsilon=norm_epsilon, name="encoder_norm")(x)
         x = TokenPooling(pooling, class_token, name="pool")(x)
         if representation_size:
