@@ -3,6 +3,7 @@
   python benchmarks/train_fashion_mnist.py --recipe quick          # the default recipe: target >= 92% in <= 10 min
   python benchmarks/train_fashion_mnist.py --recipe long           # target >= 95% in <= 60 min
   python benchmarks/train_fashion_mnist.py --vit-ti                # ViT-Ti/16 at 224, batch 32: training img/s
+  python benchmarks/train_fashion_mnist.py --vit-ti --micro-batches 1   # the same as one XLA program per step
   /work/.venv-ref/bin/python benchmarks/timm_train_throughput.py   # timm's figure on the same machine
 
 Runs under tcmalloc, as the `vit-keras` CLI does (apps/allocator.py). Prints the per-epoch curve, test
@@ -60,8 +61,12 @@ def vit_ti_throughput(args):
 
     keras.utils.set_random_seed(0)
     model = vit_keras.create_model("vit_ti16", image_size=224, num_classes=1000)
+    micro = 1 if args.no_jit else args.micro_batches
     model.compile(optimizer=keras.optimizers.AdamW(1e-3, global_clipnorm=1.0),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=not args.no_jit)
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=not args.no_jit and micro == 1)
+    if micro > 1:
+        vit_keras.enable_micro_batches(model, micro)
     batch, warmup, steps = 32, 3, args.steps
     x = np.random.default_rng(0).uniform(-1, 1, (batch, 224, 224, 3)).astype("float32")
     y = np.random.default_rng(1).integers(0, 1000, batch)
@@ -78,6 +83,7 @@ def vit_ti_throughput(args):
     model.fit(data, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=[clock])
     n = batch * steps
     print(json.dumps(dict(model="vit_ti16", image_size=224, batch_size=batch, steps=steps, jit=not args.no_jit,
+                          micro_batches=micro,
                           img_per_s=round(n / clock.wall, 2), img_per_cpu_s_x_cores=round(n / clock.cpu * os.cpu_count(), 2),
                           loadavg_before=load_before, loadavg_after=os.getloadavg(), cores=os.cpu_count())))
 
@@ -92,6 +98,8 @@ if __name__ == "__main__":
     parser.add_argument("--no-jit", action="store_true")
     parser.add_argument("--vit-ti", action="store_true", help="ViT-Ti/16 training throughput instead")
     parser.add_argument("--steps", type=int, default=8, help="timed steps for --vit-ti")
+    parser.add_argument("--micro-batches", type=int, default=4,
+                        help="--vit-ti: concurrent micro-batches per step (vit_keras.microbatch); 1: one XLA step")
     args = parser.parse_args()
     from apps.allocator import reexec_with_tcmalloc
 

@@ -6,6 +6,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from .inference import predict, predict_function  # noqa: E402
+from .microbatch import enable_micro_batches  # noqa: E402
 from .layers import (  # noqa: E402
     DropPath,
     MultiHeadSelfAttention,

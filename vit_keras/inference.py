@@ -5,7 +5,7 @@ scales 1.75x, and LayerNorm, softmax and GELU are mostly single-threaded. Splitt
 ``micro_batches`` separately compiled calls lets TensorFlow's inter-op pool run them side by side,
 so one call's GEMM overlaps another's elementwise work. Measured on a 2-core AVX2 machine at
 batch 16: ViT-Ti/16 34 -> 46 img/s, S/16 11.1 -> 13.2, B/16 3.0 -> 3.5. Results equal
-``model(x, training=False)`` example by example.
+``model(x, training=False)`` example by example. Training has the same idea in ``microbatch``.
 
     forward = predict_function(model)          # a callable: images (B, H, W, C) -> outputs
     logits = predict(model, images_or_dataset)  # numpy, for arrays or tf.data
@@ -14,14 +14,15 @@ batch 16: ViT-Ti/16 34 -> 46 img/s, S/16 11.1 -> 13.2, B/16 3.0 -> 3.5. Results 
 import numpy as np
 import tensorflow as tf
 
+from .microbatch import check_micro_batches, split_sizes
+
 
 def predict_function(model, micro_batches=4, jit_compile=True):
     """``images -> model(images, training=False)``, run as up to ``micro_batches`` concurrent calls.
 
     Traced once per batch size; a batch smaller than ``micro_batches`` runs one example per call.
     """
-    if not isinstance(micro_batches, int) or micro_batches < 1:
-        raise ValueError(f"`micro_batches` must be a positive integer; got {micro_batches!r}.")
+    check_micro_batches(micro_batches)
     forward = tf.function(lambda x: model(x, training=False), jit_compile=jit_compile, autograph=False)
 
     @tf.function(autograph=False)
@@ -29,8 +30,7 @@ def predict_function(model, micro_batches=4, jit_compile=True):
         batch = images.shape[0]
         if batch is None or micro_batches == 1 or batch < 2:
             return forward(images)
-        parts = min(micro_batches, batch)
-        sizes = [batch // parts + (i < batch % parts) for i in range(parts)]
+        sizes = split_sizes(batch, min(micro_batches, batch))
         outputs = [forward(chunk) for chunk in tf.split(images, sizes)]
         return tf.nest.map_structure(lambda *parts: tf.concat(parts, 0), *outputs)
 

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from .layers import pair, register
+from .microbatch import enable_micro_batches
 from .runs import NonFiniteLoss  # noqa: F401  (re-exported: callers catch it from here)
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -218,7 +219,7 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
           learning_rate=None, weight_decay=None, label_smoothing=None, drop_path=None, augment=None, mixup=None,
           cutmix=None, warmup_epochs=None, precision="float32", strategy="auto", weights=None, seed=0, limit=None,
           data_dir=None, val_fraction=0.1, backup_every="epoch", jit_compile=True, steps_per_execution=8,
-          verbose="auto", tensorboard=True, model_overrides=None):
+          micro_batches=2, verbose="auto", tensorboard=True, model_overrides=None):
     """Train on ``data`` ("fashion_mnist" | "tfds:NAME" | "folder:PATH") into ``out_dir``; rerun to resume.
 
     Unset hyper-parameters come from ``RECIPES[recipe]``; ``learning_rate`` is the peak LR for the
@@ -226,7 +227,8 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
     ``model_overrides`` (e.g. hidden_size, num_layers, patch_size) change the model's architecture.
     ``steps_per_execution`` steps run per call into TensorFlow on a single device: fewer Python round trips
     and callback syncs, the same results. Under other strategies it is 1 (Keras 3.15's multi-step loop fails
-    under MirroredStrategy).
+    under MirroredStrategy). ``micro_batches`` > 1 computes each batch's gradients as that many concurrent
+    XLA programs on a single device (``vit_keras.microbatch``; BatchNorm then sees micro-batch statistics).
     Returns the resolved config with the final metrics. Raises ``NonFiniteLoss`` if the loss blows up.
     """
     from . import runs
@@ -241,8 +243,8 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
     hp = dict(epochs=epochs, batch_size=batch_size, weight_decay=weight_decay, label_smoothing=label_smoothing,
               drop_path=drop_path, augment=augment, mixup=mixup, cutmix=cutmix, warmup_epochs=warmup_epochs)
     hp = {k: defaults[k] if v is None else v for k, v in hp.items()}
-    for key, value in dict(epochs=hp["epochs"], batch_size=hp["batch_size"],
-                           steps_per_execution=steps_per_execution).items():
+    for key, value in dict(epochs=hp["epochs"], batch_size=hp["batch_size"], steps_per_execution=steps_per_execution,
+                           micro_batches=micro_batches).items():
         if int(value) < 1:
             raise ValueError(f"`{key}` must be a positive int; got {value}.")
     hp["learning_rate"] = learning_rate or scaled_learning_rate(defaults["base_lr"], hp["batch_size"])
@@ -265,13 +267,18 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
                              "training images; use a smaller batch size.")
         schedule = WarmupCosine(hp["learning_rate"], steps_per_epoch * hp["epochs"],
                                 min(int(steps_per_epoch * hp["warmup_epochs"]), steps_per_epoch * hp["epochs"]))
-        compile_model(model, schedule, precision, hp["weight_decay"], hp["label_smoothing"], jit_compile=jit_compile,
-                      steps_per_execution=1 if tf.distribute.has_strategy() else steps_per_execution)
+        single_device = not tf.distribute.has_strategy()
+        micro = int(micro_batches) if single_device and jit_compile else 1
+        compile_model(model, schedule, precision, hp["weight_decay"], hp["label_smoothing"],
+                      jit_compile=jit_compile and micro == 1,
+                      steps_per_execution=steps_per_execution if single_device else 1)
+        if micro > 1:
+            enable_micro_batches(model, micro)
         if isinstance(dist, tf.distribute.MultiWorkerMirroredStrategy):
             _prebuild(model, hp["batch_size"], num_classes)
 
     config = dict(data=data, model=model_name or "vit_quick", recipe=recipe, precision=precision, strategy=strategy,
-                  replicas=dist.num_replicas_in_sync, seed=seed, limit=limit, weights=weights, vit=vit,
+                  replicas=dist.num_replicas_in_sync, micro_batches=micro, seed=seed, limit=limit, weights=weights, vit=vit,
                   class_names=train_data.class_names, train_examples=len(train_data.images),
                   val_examples=len(val_data.images), skipped_images=len(train_data.skipped) + len(val_data.skipped),
                   steps_per_epoch=steps_per_epoch, **hp)

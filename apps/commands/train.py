@@ -46,15 +46,19 @@ def add_arguments(parser):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backup-every", type=int, default=None,
                         help="back up for resumption every N steps (default: every epoch)")
-    parser.add_argument("--steps-per-execution", type=int, default=8,
-                        help="training steps per call into TensorFlow (fewer Python round trips)")
+    parser.add_argument("--steps-per-execution", type=int, default=None,
+                        help="training steps per call into TensorFlow (fewer Python round trips; default 8)")
+    parser.add_argument("--micro-batches", type=int, default=None,
+                        help="split each batch into N micro-batches whose XLA programs run concurrently "
+                             "(keeps a small CPU's cores busy; default 2, 1: one program per step)")
     parser.add_argument("--no-jit", action="store_true", help="run without XLA (jit_compile=False)")
     parser.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
 
 
 def check_args(args):
     """Early, clear errors for values argparse cannot check."""
-    for name in ("epochs", "batch_size", "image_size", "limit", "backup_every", "steps_per_execution", *OVERRIDES):
+    for name in ("epochs", "batch_size", "image_size", "limit", "backup_every", "steps_per_execution",
+                 "micro_batches", *OVERRIDES):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer; got {value}.")
@@ -83,8 +87,9 @@ def run(args):
             cutmix=args.cutmix, warmup_epochs=args.warmup_epochs, precision=args.precision, strategy=args.strategy,
             weights=args.weights, seed=args.seed, limit=args.limit, data_dir=args.data_dir,
             val_fraction=args.val_fraction, backup_every=args.backup_every or "epoch", jit_compile=not args.no_jit,
-            steps_per_execution=args.steps_per_execution, verbose=2 if args.quiet else "auto",
+            verbose=2 if args.quiet else "auto",
             model_overrides={k: getattr(args, k) for k in OVERRIDES if getattr(args, k) is not None},
+            **{k: getattr(args, k) for k in ("steps_per_execution", "micro_batches") if getattr(args, k) is not None},
         )
     except train.NonFiniteLoss as error:
         print(f"vit-keras train: stopped: {error}")

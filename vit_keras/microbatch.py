@@ -1,0 +1,121 @@
+"""Training on CPU with concurrent micro-batches: ``model.fit`` that keeps both cores busy.
+
+One XLA program per training step leaves cores idle on a small CPU: TensorFlow's two-thread GEMM
+scales 1.4x, and LayerNorm, softmax, GELU and their gradients run mostly on one thread. Here each
+batch's gradients come from ``micro_batches`` separately compiled XLA programs that TensorFlow's
+inter-op pool runs side by side; their size-weighted mean is the batch gradient, and one optimizer
+step applies it. Each program is a pure function (``stateless_call``): it takes the variables'
+values and returns gradients and new state, so no two programs touch the same resource.
+
+Equal to the plain step up to float summation order for models without batch statistics (every
+plain ViT). A BatchNorm (the conv stem) normalizes each micro-batch by its own statistics ("ghost
+batch norm") and its moving averages take the weighted mean of the micro-batches' updates.
+Dropout and drop-path draw from a separate seed stream per micro-batch.
+
+Measured on this 2-core AVX2 machine (tcmalloc): ViT-Ti/16 at 224, batch 32, 13.2 -> 16.2 img/s
+with 4 micro-batches; the quick recipe's model at batch 128, 1,504 -> 1,726 img/s with 2.
+
+    enable_micro_batches(model, 4)   # after compile(jit_compile=False); then model.fit(...)
+"""
+
+import keras
+import tensorflow as tf
+
+# Added to a seed generator's seed per micro-batch index, so micro-batches draw different masks.
+SEED_STRIDE = 0x2545F491
+
+
+def check_micro_batches(micro_batches):
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        raise ValueError(f"`micro_batches` must be a positive int; got {micro_batches!r}.")
+    return micro_batches
+
+
+def split_sizes(batch, parts):
+    """Sizes of ``parts`` near-equal pieces of ``batch`` (a Python int or a scalar tensor); some may be 0."""
+    if isinstance(batch, int):
+        return [batch // parts + (i < batch % parts) for i in range(parts)]
+    return tf.stack([batch // parts + tf.cast(i < batch % parts, batch.dtype) for i in range(parts)])
+
+
+def enable_micro_batches(model, micro_batches):
+    """Make ``model.fit`` / ``evaluate`` run each batch as ``micro_batches`` concurrent XLA programs.
+
+    The model must be compiled with ``jit_compile=False``: each micro-batch is compiled on its own,
+    and one XLA program around the whole step would serialize them again. Not for tf.distribute
+    strategies (the replicas already split the batch). Returns the model.
+    """
+    check_micro_batches(micro_batches)
+    if model.jit_compile:
+        raise ValueError("enable_micro_batches needs a model compiled with jit_compile=False (each micro-batch "
+                         "is an XLA program of its own).")
+    if tf.distribute.has_strategy():
+        raise ValueError("enable_micro_batches is for one device; under a tf.distribute strategy the replicas "
+                         "already split the batch.")
+    gradients = tf.function(lambda *args: _micro_gradients(model, *args), jit_compile=True, autograph=False)
+    forward = tf.function(lambda x: model(x, training=False), jit_compile=True, autograph=False)
+
+    def train_step(data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        batch = tf.shape(x)[0]
+        sizes = split_sizes(batch, micro_batches)
+        weights = tf.cast(sizes, "float32") / tf.cast(batch, "float32")
+        trainable = [v.value for v in model.trainable_variables]
+        state = [v.value for v in model.non_trainable_variables]
+        metric_state = [v.value for v in model.metrics_variables]
+        scale = model.optimizer.scale_loss(tf.constant(1.0))  # the loss scale under mixed_float16, else 1
+        parts = zip(tf.split(x, sizes), tf.split(y, sizes),
+                    [None] * micro_batches if sample_weight is None else tf.split(sample_weight, sizes))
+        outputs = [gradients(trainable, _reseed(model, state, i), metric_state, xi, yi, wi, scale)
+                   for i, (xi, yi, wi) in enumerate(parts)]
+        losses, grads, new_states, predictions = zip(*outputs)
+        loss = _weighted_sum(losses, weights)
+        grads = [_weighted_sum(g, weights) for g in zip(*grads)]
+        for variable, first, values in zip(model.non_trainable_variables, new_states[0], zip(*new_states)):
+            variable.assign(_weighted_sum(values, weights) if keras.backend.is_float_dtype(variable.dtype) else first)
+        model._loss_tracker.update_state(loss, sample_weight=batch)
+        model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        y_pred = tf.nest.map_structure(lambda *p: tf.concat(p, 0), *predictions)
+        return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def test_step(data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        parts = tf.split(x, split_sizes(tf.shape(x)[0], micro_batches))
+        y_pred = tf.nest.map_structure(lambda *p: tf.concat(p, 0), *[forward(part) for part in parts])
+        loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False)
+        model._loss_tracker.update_state(loss, sample_weight=tf.shape(x)[0])
+        return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    model.train_step, model.test_step = train_step, test_step
+    model.train_function = model.test_function = None  # rebuilt around the new steps
+    return model
+
+
+def _micro_gradients(model, trainable, state, metric_state, x, y, sample_weight, scale):
+    """One micro-batch: (mean loss, gradients, new non-trainable state, predictions), as pure tensors."""
+    with tf.GradientTape() as tape:
+        tape.watch(trainable)
+        y_pred, state = model.stateless_call(trainable, state, x, training=True)
+        loss, (_, state, _) = model.stateless_compute_loss(trainable, state, metric_state, x=x, y=y, y_pred=y_pred,
+                                                           sample_weight=sample_weight, training=True)
+        scaled = loss * tf.cast(scale, loss.dtype)
+    grads = tape.gradient(scaled, trainable)
+    # An empty micro-batch (a final batch smaller than micro_batches) gives NaN; its weight is 0.
+    return loss, grads, state, y_pred
+
+
+def _reseed(model, state, index):
+    """The state for micro-batch ``index``: seed generators moved to a stream of their own."""
+    if index == 0:
+        return state
+    moved = []
+    for variable, value in zip(model.non_trainable_variables, state):
+        if variable.path.endswith("seed_generator_state"):
+            value = value + tf.constant([SEED_STRIDE * index % (1 << 31), 0], value.dtype)
+        moved.append(value)
+    return moved
+
+
+def _weighted_sum(values, weights):
+    """sum_i w_i * v_i, where a part of weight 0 (an empty micro-batch, NaN) counts as 0."""
+    return tf.add_n([tf.math.multiply_no_nan(v, tf.cast(weights[i], v.dtype)) for i, v in enumerate(values)])
