@@ -144,9 +144,12 @@ def test_a_rerun_with_another_config_starts_afresh(tmp_path):
     kw = dict(limit=256, batch_size=64, augment="none", jit_compile=False, verbose=0, tensorboard=False,
               model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
     train.train("fashion_mnist", str(tmp_path), epochs=2, **kw)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "events.old").write_text("the other run's curves")
     config = train.train("fashion_mnist", str(tmp_path), epochs=1, **kw)  # another config, same folder
     rows = (tmp_path / "history.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["0"] and config["epochs"] == 1 and config["completed"]
+    assert not (tmp_path / "logs").exists()  # TensorBoard would show the old run next to the new one
 
 
 def test_several_steps_per_execution_train_exactly_like_one(tmp_path):

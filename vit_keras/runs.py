@@ -81,12 +81,13 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
 
 
 def clear_run(out_dir):
-    """Remove a previous run's history, checkpoint, backup and final model from ``out_dir``."""
+    """Remove a previous run's history, checkpoint, backup, TensorBoard logs and final model from ``out_dir``."""
     for name in ("history.csv", "checkpoint.keras", "model.keras"):
         path = os.path.join(out_dir, name)
         if os.path.exists(path):
             os.remove(path)
-    shutil.rmtree(os.path.join(out_dir, "backup"), ignore_errors=True)
+    for name in ("backup", "logs"):
+        shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
 
 
 def clean_history(path):
