@@ -6,7 +6,8 @@ import pytest
 import keras
 import vit_keras
 from vit_keras import train
-from vit_keras.microbatch import _reseed, enable_micro_batches, split_sizes
+from vit_keras.inference import split_sizes
+from vit_keras.microbatch import _reseed, enable_micro_batches
 
 TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, num_classes=5)
 

@@ -14,13 +14,26 @@ batch 16: ViT-Ti/16 34 -> 46 img/s, S/16 11.1 -> 13.2, B/16 3.0 -> 3.5. Results 
 import numpy as np
 import tensorflow as tf
 
-from .microbatch import check_micro_batches, split_sizes
+
+def check_micro_batches(micro_batches):
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        raise ValueError(f"`micro_batches` must be a positive int; got {micro_batches!r}.")
+    return micro_batches
+
+
+def split_sizes(batch, parts):
+    """Sizes of ``parts`` near-equal pieces of ``batch`` (a Python int or a scalar tensor); some may be 0."""
+    if isinstance(batch, int):
+        return [batch // parts + (i < batch % parts) for i in range(parts)]
+    return tf.stack([batch // parts + tf.cast(i < batch % parts, batch.dtype) for i in range(parts)])
 
 
 def predict_function(model, micro_batches=4, jit_compile=True):
     """``images -> model(images, training=False)``, run as up to ``micro_batches`` concurrent calls.
 
     Traced once per batch size; a batch smaller than ``micro_batches`` runs one example per call.
+    Inside another tf.function with the batch size unknown until run time (Keras' test step), the
+    batch splits into ``micro_batches`` parts when it runs, empty ones for a batch smaller than that.
     """
     check_micro_batches(micro_batches)
     forward = tf.function(lambda x: model(x, training=False), jit_compile=jit_compile, autograph=False)
@@ -28,9 +41,12 @@ def predict_function(model, micro_batches=4, jit_compile=True):
     @tf.function(autograph=False)
     def run(images):
         batch = images.shape[0]
-        if batch is None or micro_batches == 1 or batch < 2:
+        if micro_batches == 1 or (batch is not None and batch < 2):
             return forward(images)
-        sizes = split_sizes(batch, min(micro_batches, batch))
+        if batch is None:
+            sizes = split_sizes(tf.shape(images)[0], micro_batches)
+        else:
+            sizes = split_sizes(batch, min(micro_batches, batch))
         outputs = [forward(chunk) for chunk in tf.split(images, sizes)]
         return tf.nest.map_structure(lambda *parts: tf.concat(parts, 0), *outputs)
 

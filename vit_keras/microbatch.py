@@ -21,21 +21,10 @@ with 4 micro-batches; the quick recipe's model at batch 128, 1,504 -> 1,726 img/
 import keras
 import tensorflow as tf
 
+from .inference import check_micro_batches, predict_function, split_sizes
+
 # Added to a seed generator's seed per micro-batch index, so micro-batches draw different masks.
 SEED_STRIDE = 0x2545F491
-
-
-def check_micro_batches(micro_batches):
-    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
-        raise ValueError(f"`micro_batches` must be a positive int; got {micro_batches!r}.")
-    return micro_batches
-
-
-def split_sizes(batch, parts):
-    """Sizes of ``parts`` near-equal pieces of ``batch`` (a Python int or a scalar tensor); some may be 0."""
-    if isinstance(batch, int):
-        return [batch // parts + (i < batch % parts) for i in range(parts)]
-    return tf.stack([batch // parts + tf.cast(i < batch % parts, batch.dtype) for i in range(parts)])
 
 
 def enable_micro_batches(model, micro_batches):
@@ -58,7 +47,7 @@ def enable_micro_batches(model, micro_batches):
     apply = tf.function(lambda grads, weights: model.optimizer.apply_gradients(
         zip([_weighted_sum(g, weights) for g in zip(*grads)], model.trainable_variables)),
         jit_compile=True, autograph=False)
-    forward = tf.function(lambda x: model(x, training=False), jit_compile=True, autograph=False)
+    forward = predict_function(model, micro_batches)
 
     def train_step(data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -84,8 +73,7 @@ def enable_micro_batches(model, micro_batches):
 
     def test_step(data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        parts = tf.split(x, split_sizes(tf.shape(x)[0], micro_batches))
-        y_pred = tf.nest.map_structure(lambda *p: tf.concat(p, 0), *[forward(part) for part in parts])
+        y_pred = forward(x)
         loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False)
         model._loss_tracker.update_state(loss, sample_weight=tf.shape(x)[0])
         return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
