@@ -149,6 +149,7 @@ def test_a_rerun_with_another_config_starts_afresh(tmp_path):
     config = train.train("fashion_mnist", str(tmp_path), epochs=1, **kw)  # another config, same folder
     rows = (tmp_path / "history.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["0"] and config["epochs"] == 1 and config["completed"]
+    assert config["crop_scale"] == list(train.RECIPES["quick"]["crop_scale"])  # every setting is recorded
     assert not (tmp_path / "logs").exists()  # TensorBoard would show the old run next to the new one
 
 
@@ -267,6 +268,7 @@ def test_multi_worker_mirrored_two_processes_match_one_worker(tmp_path):
     (["train", "--out", "X", "--epochs", "0"], "--epochs must be a positive integer"),
     (["train", "--out", "X", "--steps-per-execution", "0"], "--steps-per-execution must be a positive integer"),
     (["train", "--out", "X", "--model", "vit_q99"], "--model 'vit_q99' is unknown"),
+    (["train", "--out", "X", "--crop-scale", "1.5"], "--crop-scale must be in (0, 1]"),
     (["train", "--out", "X", "--data", "imagenet"], "--data must be"),
     (["train", "--out", "X", "--weights", "/no/such.keras"], "does not exist"),
     (["evaluate", "/no/such/model.keras"], "does not exist"),

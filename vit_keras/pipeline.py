@@ -42,12 +42,16 @@ def make_dataset(
 
     training: shuffle and augment (seeded); otherwise only resize and channel conversion.
     augment: "none" | "flip" | "crop" (random-resized-crop + flip) | "randaugment" (crop + flip + RandAugment).
+    crop_scale: (min, max) fraction of the image's area that a random-resized crop keeps.
     mixup / cutmix: alpha of keras.layers.MixUp / factor of keras.layers.CutMix (0 = off);
       when both are on, each batch gets one of them at random. They need one_hot=True.
     one_hot: labels as float one-hot vectors (needed by label smoothing and MixUp) or int64.
     """
     if augment not in AUGMENTATIONS:
         raise ValueError(f"Unknown `augment`={augment!r}; valid values are {', '.join(map(repr, AUGMENTATIONS))}.")
+    low, high = (float(v) for v in crop_scale)
+    if not 0 < low <= high <= 1:
+        raise ValueError(f"`crop_scale` must be (min, max) area fractions with 0 < min <= max <= 1; got {crop_scale}.")
     if (mixup or cutmix) and not one_hot:
         raise ValueError("`mixup`/`cutmix` mix labels, so they need `one_hot=True`.")
     images, labels = np.asarray(images), np.asarray(labels, np.int64)

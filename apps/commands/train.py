@@ -33,6 +33,8 @@ def add_arguments(parser):
     parser.add_argument("--drop-path", type=float, default=None)
     parser.add_argument("--warmup-epochs", type=float, default=None)
     parser.add_argument("--augment", choices=AUGMENTS, default=None)
+    parser.add_argument("--crop-scale", type=float, default=None, metavar="MIN",
+                        help="smallest area fraction kept by --augment crop / randaugment (0 < MIN <= 1)")
     parser.add_argument("--mixup", type=float, default=None, help="MixUp alpha (0: off)")
     parser.add_argument("--cutmix", type=float, default=None, help="CutMix factor (0: off)")
     parser.add_argument("--precision", choices=PRECISIONS, default="float32")
@@ -62,6 +64,8 @@ def check_args(args):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer; got {value}.")
+    if args.crop_scale is not None and not 0 < args.crop_scale <= 1:
+        raise ValueError(f"--crop-scale must be in (0, 1]; got {args.crop_scale}.")
     if not (args.data == "fashion_mnist" or args.data.startswith(("tfds:", "folder:"))):
         raise ValueError(f"--data must be fashion_mnist, tfds:NAME or folder:PATH; got {args.data!r}.")
     if args.data.startswith("folder:") and not os.path.isdir(args.data[7:]):
@@ -83,7 +87,8 @@ def run(args):
         config = train.train(
             args.data, args.out, model_name=args.model, image_size=args.image_size, recipe=args.recipe,
             epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, weight_decay=args.weight_decay,
-            label_smoothing=args.label_smoothing, drop_path=args.drop_path, augment=args.augment, mixup=args.mixup,
+            label_smoothing=args.label_smoothing, drop_path=args.drop_path, augment=args.augment,
+            crop_scale=None if args.crop_scale is None else (args.crop_scale, 1.0), mixup=args.mixup,
             cutmix=args.cutmix, warmup_epochs=args.warmup_epochs, precision=args.precision, strategy=args.strategy,
             weights=args.weights, seed=args.seed, limit=args.limit, data_dir=args.data_dir,
             val_fraction=args.val_fraction, backup_every=args.backup_every or "epoch", jit_compile=not args.no_jit,
