@@ -220,3 +220,24 @@ def test_mixed_precision_keeps_logits_float32():
         assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+
+def test_model_code_imports_no_tensorflow():
+    """layers, stems and models use keras.ops only (ARCHITECTURE.md), so they run on Keras's other backends:
+    benchmarks/gpu_check.py runs them under JAX on a GPU machine with no TensorFlow."""
+    import ast
+    import os
+
+    package = os.path.dirname(vit_keras.__file__)
+    neutral = {"layers", "stems", "models"}
+    for name in sorted(neutral):
+        tree = ast.parse(open(os.path.join(package, f"{name}.py")).read())
+        for node in tree.body:  # module level: what importing the module pulls in
+            if isinstance(node, ast.Import):
+                assert not any(a.name.split(".")[0] == "tensorflow" for a in node.names), name
+            elif isinstance(node, ast.ImportFrom):
+                assert (node.module or "").split(".")[0] != "tensorflow", name
+                if node.level:  # a sibling module must be backend-neutral too
+                    siblings = [node.module] if node.module else [a.name for a in node.names]
+                    assert set(siblings) <= neutral, (name, siblings)
