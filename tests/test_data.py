@@ -163,6 +163,6 @@ def test_full_crop_is_identity_and_bad_arguments(fashion):
         make_dataset(*fashion, num_classes=10, augment="rotate")
     with pytest.raises(ValueError, match="one_hot"):
         make_dataset(*fashion, num_classes=10, mixup=0.2, one_hot=False)
-    for scale in ((0.0, 1.0), (0.8, 0.5), (0.5, 1.2)):
+    for scale in ((0.0, 1.0), (0.8, 0.5), (0.5, 1.2), (0.5,)):
         with pytest.raises(ValueError, match="crop_scale"):
             make_dataset(*fashion, num_classes=10, crop_scale=scale)

@@ -222,7 +222,6 @@ def test_mixed_precision_keeps_logits_float32():
         keras.mixed_precision.set_global_policy("float32")
 
 
-
 def test_model_code_imports_no_tensorflow():
     """layers, stems and models use keras.ops only (ARCHITECTURE.md), so they run on Keras's other backends:
     benchmarks/gpu_check.py runs them under JAX on a GPU machine with no TensorFlow."""

@@ -49,8 +49,8 @@ def make_dataset(
     """
     if augment not in AUGMENTATIONS:
         raise ValueError(f"Unknown `augment`={augment!r}; valid values are {', '.join(map(repr, AUGMENTATIONS))}.")
-    low, high = (float(v) for v in crop_scale)
-    if not 0 < low <= high <= 1:
+    scale = tuple(float(v) for v in np.ravel(crop_scale))
+    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
         raise ValueError(f"`crop_scale` must be (min, max) area fractions with 0 < min <= max <= 1; got {crop_scale}.")
     if (mixup or cutmix) and not one_hot:
         raise ValueError("`mixup`/`cutmix` mix labels, so they need `one_hot=True`.")
