@@ -166,6 +166,13 @@ def test_several_steps_per_execution_train_exactly_like_one(tmp_path):
         train.train("fashion_mnist", str(tmp_path / "0"), steps_per_execution=0, **kw)
 
 
+@pytest.mark.parametrize("crop_scale", [(0.8, 0.5), 0.5])
+def test_bad_crop_scale_fails_before_anything_is_loaded_or_written(crop_scale, tmp_path):
+    with pytest.raises(ValueError, match="`crop_scale` must be"):
+        train.train("fashion_mnist", str(tmp_path / "run"), crop_scale=crop_scale, verbose=0)
+    assert not (tmp_path / "run").exists()
+
+
 def run_cli(*args, env=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)

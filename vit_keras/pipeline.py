@@ -49,9 +49,7 @@ def make_dataset(
     """
     if augment not in AUGMENTATIONS:
         raise ValueError(f"Unknown `augment`={augment!r}; valid values are {', '.join(map(repr, AUGMENTATIONS))}.")
-    scale = tuple(float(v) for v in np.ravel(crop_scale))
-    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
-        raise ValueError(f"`crop_scale` must be (min, max) area fractions with 0 < min <= max <= 1; got {crop_scale}.")
+    crop_scale = check_crop_scale(crop_scale)
     if (mixup or cutmix) and not one_hot:
         raise ValueError("`mixup`/`cutmix` mix labels, so they need `one_hot=True`.")
     images, labels = np.asarray(images), np.asarray(labels, np.int64)
@@ -106,6 +104,14 @@ def make_dataset(
     options.deterministic = True
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def check_crop_scale(crop_scale):
+    """``crop_scale`` as a [min, max] list of floats, or a clear error."""
+    scale = [float(v) for v in np.ravel(crop_scale)]
+    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
+        raise ValueError(f"`crop_scale` must be (min, max) area fractions with 0 < min <= max <= 1; got {crop_scale}.")
+    return scale
 
 
 def _mixer(mixup, cutmix, seed):

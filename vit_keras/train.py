@@ -235,7 +235,7 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
     """
     from . import runs
     from .data import load_dataset
-    from .pipeline import make_dataset
+    from .pipeline import check_crop_scale, make_dataset
 
     if recipe not in RECIPES:
         raise ValueError(f"Unknown `recipe`={recipe!r}; valid values are {', '.join(map(repr, RECIPES))}.")
@@ -246,7 +246,7 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
               drop_path=drop_path, augment=augment, crop_scale=crop_scale, mixup=mixup, cutmix=cutmix,
               warmup_epochs=warmup_epochs)
     hp = {k: defaults[k] if v is None else v for k, v in hp.items()}
-    hp["crop_scale"] = [float(v) for v in hp["crop_scale"]]
+    hp["crop_scale"] = check_crop_scale(hp["crop_scale"])  # before anything is loaded or written
     for key, value in dict(epochs=hp["epochs"], batch_size=hp["batch_size"], steps_per_execution=steps_per_execution,
                            micro_batches=micro_batches).items():
         if int(value) < 1:
