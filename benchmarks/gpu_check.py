@@ -16,6 +16,7 @@ so this loads them without the package's TensorFlow-only modules and runs them u
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -53,11 +54,22 @@ def timed(fn, repeats):
     return (time.perf_counter() - start) / repeats
 
 
-def build(models, name, policy, image_size, weights=None):
+@contextlib.contextmanager
+def dtype_policy(policy):
+    """Layers built inside take ``policy``; the previous global policy is back afterwards, even on an error."""
     import keras
 
+    previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)
-    model = models.create_model(name, image_size=image_size, num_classes=1000)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def build(models, name, policy, image_size, weights=None):
+    with dtype_policy(policy):
+        model = models.create_model(name, image_size=image_size, num_classes=1000)
     if weights is not None:
         model.set_weights(weights)
     return model
@@ -65,8 +77,6 @@ def build(models, name, policy, image_size, weights=None):
 
 def check_precision(models, name, image_size, batch):
     """Logits of each mixed policy against float32, from the same weights and images."""
-    import keras
-
     images = np.random.default_rng(0).uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
     reference = build(models, name, "float32", image_size)
     weights = reference.get_weights()
@@ -80,7 +90,6 @@ def check_precision(models, name, image_size, batch):
                          top1_agreement=float(np.mean(got.argmax(-1) == expected.argmax(-1))),
                          max_abs_diff=float(np.max(np.abs(got - expected))),
                          logit_scale=float(np.max(np.abs(expected)))))
-    keras.mixed_precision.set_global_policy("float32")
     return rows
 
 
@@ -89,8 +98,8 @@ def check_attention(layers, batch, tokens=197, width=768, heads=12, repeats=20):
     import keras
     from keras import ops
 
-    keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    layer = layers.MultiHeadSelfAttention(heads)
+    with dtype_policy("mixed_bfloat16"):
+        layer = layers.MultiHeadSelfAttention(heads)
     x = ops.convert_to_tensor(np.random.default_rng(1).normal(size=(batch, tokens, width)).astype("float32"))
     layer.build(x.shape)
     if keras.backend.backend() == "jax":
@@ -106,14 +115,11 @@ def check_attention(layers, batch, tokens=197, width=768, heads=12, repeats=20):
     row = dict(shape=[batch, tokens, width, heads], max_abs_diff=float(np.max(np.abs(a - b))),
                output_scale=float(np.max(np.abs(b))),
                fused_ms=1000 * timed(lambda: fused(x), repeats), explicit_ms=1000 * timed(lambda: explicit(x), repeats))
-    keras.mixed_precision.set_global_policy("float32")
     return row
 
 
 def check_training(models, name, image_size, batch, steps):
     """img/s of XLA-compiled train steps per precision (float16 with loss scaling), and the final loss."""
-    import keras
-
     rng = np.random.default_rng(2)
     images = rng.uniform(-1, 1, (batch, image_size, image_size, 3)).astype("float32")
     labels = rng.integers(0, 1000, batch)
@@ -124,7 +130,6 @@ def check_training(models, name, image_size, batch, steps):
         except Exception as error:  # report and go on: one failing policy should not hide the others
             traceback.print_exc()
             rows.append(dict(model=name, policy=policy, error=f"{type(error).__name__}: {str(error)[:300]}"))
-    keras.mixed_precision.set_global_policy("float32")
     return rows
 
 
