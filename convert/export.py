@@ -66,7 +66,10 @@ def check_output_path(out):
 
 
 def calibration_images(calibration, model, limit=DEFAULT_CALIBRATION_IMAGES):
-    """uint8 (N, H, W, C) calibration images from a data spec or an array, checked against the model."""
+    """uint8 (N, H, W, C) calibration images from a data spec or an array, checked against the model.
+
+    limit: the first ``limit`` images (None: all of them).
+    """
     if calibration is None:
         raise ValueError("int8 needs `calibration` data: 'fashion_mnist', 'tfds:NAME' or 'folder:PATH' "
                          "(the training data spec), or an array of uint8 images.")
@@ -171,7 +174,10 @@ def convert(model, quantize="float32", calibration=None, dynamic_batch=False, fl
 
 
 def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False):
-    """The TFLite converter's output: the final model, or for int8 the calibrated float model."""
+    """The TFLite converter's output: the final model, or for int8 the calibrated float model.
+
+    calibration: int8's calibration images (an array, as ``calibration_images`` returns them), all used.
+    """
     import tensorflow as tf
 
     from .graph import concrete_function
@@ -187,7 +193,7 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
     if quantize == "float16":
         converter.target_spec.supported_types = [tf.float16]
     elif quantize == "int8":
-        converter.representative_dataset = representative_dataset(calibration_images(calibration, model))
+        converter.representative_dataset = representative_dataset(calibration_images(calibration, model, limit=None))
         # Calibrate only, then quantize with the float-kept ops (the QuantizationDebugger's path).
         converter.experimental_mlir_quantizer = True
         converter._experimental_calibrate_only = True

@@ -121,3 +121,18 @@ def test_dynamic_batch(vit_file, tmp_path):
     interpreter.invoke()
     scores = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     assert scores.shape == (4, 10) and np.allclose(scores.sum(-1), 1.0, atol=1e-5)
+
+
+def test_calibration_size_is_honoured(vit_file, tmp_path, monkeypatch):
+    """Every one of calibration_size images reaches the calibrator, beyond the default 300 too."""
+    seen = []
+
+    def counting(images):
+        seen.append(len(images))
+        return representative_dataset(images)
+
+    representative_dataset = tflite_export.representative_dataset
+    monkeypatch.setattr(tflite_export, "representative_dataset", counting)
+    tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8", calibration=images(350),
+                                calibration_size=320)
+    assert seen == [320]
