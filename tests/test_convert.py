@@ -161,6 +161,8 @@ def test_op_sensitivity_sweep(run_dir, fashion):
     assert [row["float_ops"][-1] for row in rows] == ["RSQRT", "FULLY_CONNECTED", "MUL"]
     assert all(0.5 < row["agreement"] <= 1.0 for row in rows)
     assert rows[1]["bytes"] > rows[0]["bytes"]  # float FULLY_CONNECTED keeps float weights
+    # The last row is what export writes, float conv stem included (before metadata is appended).
+    assert rows[-1]["bytes"] == len(tflite_export.convert(model, "int8", fashion[0][:120]))
 
 
 @pytest.mark.parametrize("kind", ["resnet_r26", "conv_stem"])
@@ -200,3 +202,8 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
 
         expected = np.uint8 if mode == "int8" else np.float32  # int8's contract: raw uint8 pixels in
         assert Interpreter(model_path=str(path)).get_input_details()[0]["dtype"] == expected
+    if kind == "conv_stem":  # the sensitivity sweep keeps the stem in float as export does: its last row is the file
+        from convert.sensitivity import op_sensitivity
+
+        rows = op_sensitivity(model, images, images[:8], candidates=())
+        assert rows[-1]["bytes"] == len(tflite_export.convert(model, "int8", images))
