@@ -21,9 +21,11 @@ QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
 # reference kernels (the 1.9x slowdown of a plain int8 ViT-Ti/16); MEAN, SUB, MUL: LayerNorm's
 # statistics, the most sensitive ops in the per-op sensitivity sweep (convert/sensitivity.py).
 # These are also the ViT ops known to lose accuracy in int8 (softmax, GELU, LayerNorm outliers).
-# Their QUANTIZE/DEQUANTIZE pairs run inside XNNPACK, so the graph stays one delegated partition
-# and the FULLY_CONNECTED / CONV_2D layers, where the time and the weights are, run in int8.
-INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL")
+# ADD, CONCATENATION, SPLIT: the residual stream, the heads' concat and the fused qkv's split, in
+# float, need no conversions of their own: each FULLY_CONNECTED then has just a QUANTIZE in and a
+# DEQUANTIZE out. Their QUANTIZE/DEQUANTIZE pairs run inside XNNPACK, so the graph stays one delegated
+# partition and the FULLY_CONNECTED / CONV_2D layers, where the time and the weights are, run in int8.
+INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL", "ADD", "CONCATENATION", "SPLIT")
 INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op in XNNPACK
 INT8_FLOAT_NODES = ("layernorm_epsilon",)
 MIN_CALIBRATION_IMAGES = 100
@@ -182,11 +184,16 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
     """
     import tensorflow as tf
 
-    from .graph import concrete_function
+    from .graph import concrete_function, qkv_scales
 
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
-    function = concrete_function(model, raw_pixels=quantize == "int8", batch_size=None if dynamic_batch else 1)
+    scales = None
+    if quantize == "int8":
+        calibration = calibration_images(calibration, model, limit=None)
+        scales = qkv_scales(model, calibration)  # int8's fused qkv, its heads' ranges equalized
+    function = concrete_function(model, raw_pixels=quantize == "int8", batch_size=None if dynamic_batch else 1,
+                                 qkv_scales=scales)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = False
@@ -195,7 +202,7 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
     if quantize == "float16":
         converter.target_spec.supported_types = [tf.float16]
     elif quantize == "int8":
-        converter.representative_dataset = representative_dataset(calibration_images(calibration, model, limit=None))
+        converter.representative_dataset = representative_dataset(calibration)
         # Calibrate only, then quantize with the float-kept ops (the QuantizationDebugger's path).
         converter.experimental_mlir_quantizer = True
         converter._experimental_calibrate_only = True

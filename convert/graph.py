@@ -7,14 +7,18 @@ ops that have fast int8 kernels and need no float islands:
 - LayerNorm as mean / centre / mean of squares / rsqrt / scale: Keras' own
   LayerNormalization lowers to a NEG (no int8 kernel) that splits every block
   into DEQUANTIZE -> float -> QUANTIZE islands.
-- Attention per head on 3-D tensors with BATCH_MATMUL (adj_y) and a SPLIT of the
-  fused qkv output: no Einsum, no 5-D reshapes or transposes; 1/sqrt(d_head) is
-  folded into the q columns of the qkv kernel.
+- Attention per head on 3-D tensors with BATCH_MATMUL (adj_y): no Einsum, no 5-D
+  reshapes or transposes; 1/sqrt(d_head) is folded into the q columns of the qkv
+  kernel. Float graphs give each head its own small q, k and v FULLY_CONNECTED
+  (fastest in float). The int8 graph keeps one qkv FULLY_CONNECTED, then SPLITs in
+  float: one DEQUANTIZE per block instead of one per head and projection. Its heads
+  then share one int8 scale, so their ranges are first equalized (``qkv_scales``).
 - Fixed shapes (batch 1 by default), so every reshape is static.
 - An RGB input converted to the model's channels inside the graph, and softmax
   scores as the output, the form Android's image classifiers expect.
 """
 
+import collections
 import math
 
 import keras
@@ -105,46 +109,112 @@ def dense(layer, x, kernel=None, bias=None):
     return y if layer.activation is keras.activations.linear else layer.activation(y)
 
 
-def attention(attn, x, query_tokens=None):
+def attention(attn, x, query_tokens=None, scales=None, observe=None):
     """Multi-head self-attention equal to MultiHeadSelfAttention in float, in XNNPACK-friendly pieces.
 
-    The fused qkv kernel is cut into one small FULLY_CONNECTED per head and per q/k/v (a SPLIT
-    into more than 4 outputs is not delegated), and each head is a BATCH_MATMUL pair.
+    Without ``scales`` the fused qkv kernel is cut into one small FULLY_CONNECTED per head and per q/k/v.
+    With ``scales`` (per head (alpha, beta), from ``qkv_scales``) it stays one FULLY_CONNECTED whose
+    output is SPLIT into heads, then into q, k, v (a SPLIT into more than 4 outputs is not delegated).
     query_tokens: compute the outputs for the first k queries alone, as the layer does.
+    observe: called eagerly as observe(attn, head, q, k, v) (the calibration pass of ``qkv_scales``).
     """
     d = x.shape[-1]
     heads, head_dim = attn.num_heads, d // attn.num_heads
     kernel, bias = numpy(attn.qkv.kernel).copy(), numpy(attn.qkv.bias).copy()
+    out_kernel = numpy(attn.out.kernel).copy()
     scale = 1.0 / math.sqrt(head_dim)
     kernel[:, :d] *= scale  # fold the logit scale into q
     bias[:d] *= scale
-    queries = tf.slice(x, [0, 0, 0], [-1, query_tokens, -1]) if query_tokens else x
+    cols = [[slice(part * d + h * head_dim, part * d + (h + 1) * head_dim) for part in range(3)] for h in range(heads)]
+    if scales is not None:
+        for (q, k, v), (alpha, beta) in zip(cols, scales):  # q.k^T and attn @ v @ out are unchanged
+            kernel[:, q], bias[q] = kernel[:, q] * alpha, bias[q] * alpha
+            kernel[:, k], bias[k] = kernel[:, k] / alpha, bias[k] / alpha
+            kernel[:, v], bias[v] = kernel[:, v] * beta, bias[v] * beta
+            out_kernel[v.start - 2 * d: v.stop - 2 * d] /= beta
 
-    def project(inputs, part, head):  # part 0, 1, 2 = q, k, v; each head-major inside
-        cols = slice(part * d + head * head_dim, part * d + (head + 1) * head_dim)
-        return tf.matmul(inputs, tf.constant(kernel[:, cols])) + tf.constant(bias[cols])
+    def project(inputs, col):
+        return tf.matmul(inputs, tf.constant(kernel[:, col])) + tf.constant(bias[col])
 
+    if scales is not None and not query_tokens:
+        order = np.concatenate([np.arange(d * 3)[col] for head in cols for col in head])  # head-major q, k, v
+        per_head = [tf.split(y, 3, axis=-1) for y in split_even(project(x, order), heads)]
+    else:
+        queries = tf.slice(x, [0, 0, 0], [-1, query_tokens, -1]) if query_tokens else x
+        per_head = [(project(queries, q), project(x, k), project(x, v)) for q, k, v in cols]
     outputs = []
-    for h in range(heads):
-        q, k, v = project(queries, 0, h), project(x, 1, h), project(x, 2, h)
+    for h, (q, k, v) in enumerate(per_head):
+        if observe is not None:
+            observe(attn, h, q, k, v)
         weights = tf.nn.softmax(tf.matmul(q, k, transpose_b=True), axis=-1)
         outputs.append(tf.matmul(weights, v))
-    y = tf.concat(outputs, axis=-1) if heads > 1 else outputs[0]
-    return dense(attn.out, y)
+    return dense(attn.out, concat_even(outputs), kernel=out_kernel)
 
 
-def transformer_block(block, z):
-    y = attention(block.attn, layer_norm(block.norm1, z), block.query_tokens)
+def split_even(y, parts):
+    """``parts`` equal slices of the last axis, as a tree of SPLITs of at most 4 outputs each."""
+    if parts <= 4:
+        return tf.split(y, parts, axis=-1) if parts > 1 else [y]
+    factor = next(f for f in (4, 3, 2) if parts % f == 0)
+    return [piece for group in tf.split(y, factor, axis=-1) for piece in split_even(group, parts // factor)]
+
+
+def concat_even(pieces):
+    """Concatenate on the last axis as a tree of CONCATENATIONs of at most 4 inputs (XNNPACK's limit)."""
+    if len(pieces) <= 4:
+        return tf.concat(pieces, axis=-1) if len(pieces) > 1 else pieces[0]
+    factor = next((f for f in (4, 3, 2) if len(pieces) % f == 0), 4)
+    size = -(-len(pieces) // factor)
+    return concat_even([concat_even(pieces[i:i + size]) for i in range(0, len(pieces), size)])
+
+
+def fusable_heads(heads):
+    """Whether ``heads`` slices split into a tree of <= 4-output SPLITs (prime factors 2 and 3)."""
+    while heads % 2 == 0 or heads % 3 == 0:
+        heads //= 2 if heads % 2 == 0 else 3
+    return heads == 1
+
+
+def qkv_scales(model, images, batch_size=50):
+    """Per attention layer and head, (alpha, beta) that equalize the fused qkv output for one int8 scale.
+
+    Cross-layer equalization (Nagel et al., 2019): q * alpha and k / alpha leave q.k^T unchanged, and
+    v * beta with the out projection's rows / beta leaves the output unchanged. alpha gives q and k the
+    same range, the geometric mean of theirs; beta brings every v to the largest of those, so each head
+    uses the shared scale's full range. Ranges are max |q|, |k|, |v| over ``images`` (uint8, N, H, W, C).
+    """
+    ranges = collections.defaultdict(lambda: np.zeros((0, 3)))
+
+    def observe(attn, head, q, k, v):
+        seen = ranges[attn.path]
+        if len(seen) <= head:
+            seen = ranges[attn.path] = np.vstack([seen, np.zeros((1, 3))])
+        seen[head] = np.maximum(seen[head], [float(tf.reduce_max(tf.abs(t))) for t in (q, k, v)])
+
+    rgb = np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else np.asarray(images)
+    for start in range(0, len(rgb), batch_size):
+        forward(model, tf.constant(rgb[start:start + batch_size], tf.float32), raw_pixels=True, observe=observe)
+    scales = {}
+    for path, r in ranges.items():
+        r = np.maximum(r, 1e-6)
+        shared = np.sqrt(r[:, 0] * r[:, 1])
+        scales[path] = [(float(a), float(b)) for a, b in zip(np.sqrt(r[:, 1] / r[:, 0]), shared.max() / r[:, 2])]
+    return scales
+
+
+def transformer_block(block, z, scales=None, observe=None):
+    y = attention(block.attn, layer_norm(block.norm1, z), block.query_tokens, scales, observe)
     z = (tf.slice(z, [0, 0, 0], [-1, block.query_tokens, -1]) if block.query_tokens else z) + y
     hidden = tf.nn.gelu(dense(block.fc1, layer_norm(block.norm2, z)), approximate=block.gelu_approximate)
     return z + dense(block.fc2, hidden)
 
 
-def forward(model, images, raw_pixels):
+def forward(model, images, raw_pixels, qkv_scales=None, observe=None):
     """Softmax scores for RGB ``images`` (B, H, W, 3).
 
     raw_pixels=True: images are 0-255 pixels (the int8 graph, whose uint8 input
     carries them exactly); False: already normalized as (x - 127.5) / 127.5.
+    qkv_scales: {attention layer path: per-head (alpha, beta)} for the int8 graph's fused qkv.
     """
     x = images
     channels = model.vit_config["channels"]
@@ -167,7 +237,9 @@ def forward(model, images, raw_pixels):
         if isinstance(layer, ResNetV2Stem):
             x = resnet_stem(layer, x)
         elif isinstance(layer, TransformerBlock):
-            x = transformer_block(layer, x)
+            attn = layer.attn
+            scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None
+            x = transformer_block(layer, x, scales, observe)
         elif isinstance(layer, keras.layers.LayerNormalization):
             x = layer_norm(layer, x)
         elif isinstance(layer, keras.layers.Dense):
@@ -183,7 +255,7 @@ def forward(model, images, raw_pixels):
     return tf.nn.softmax(tf.cast(x, tf.float32), axis=-1)
 
 
-def concrete_function(model, raw_pixels, batch_size=1):
+def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None):
     """A traced tf.function over an RGB image input; batch_size=None gives a dynamic batch."""
     check_vit(model)
     height, width = model.vit_config["image_size"]
@@ -191,7 +263,7 @@ def concrete_function(model, raw_pixels, batch_size=1):
 
     @tf.function(input_signature=[spec], autograph=False)
     def serve(image):
-        return {"scores": forward(model, image, raw_pixels)}
+        return {"scores": forward(model, image, raw_pixels, qkv_scales)}
 
     return serve.get_concrete_function()
 

@@ -158,7 +158,7 @@ def test_op_sensitivity_sweep(run_dir, fashion):
 
     model = tflite_export.load_vit(run_dir / "model.keras")
     rows = op_sensitivity(model, fashion[0][:120], fashion[2][:40], candidates=("FULLY_CONNECTED",))
-    assert [row["float_ops"][-1] for row in rows] == ["RSQRT", "FULLY_CONNECTED", "MUL"]
+    assert [row["float_ops"][-1] for row in rows] == ["RSQRT", "FULLY_CONNECTED", "SPLIT"]
     assert all(0.5 < row["agreement"] <= 1.0 for row in rows)
     assert rows[1]["bytes"] > rows[0]["bytes"]  # float FULLY_CONNECTED keeps float weights
     # The last row is what export writes, float conv stem included (before metadata is appended).
@@ -207,3 +207,50 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
 
         rows = op_sensitivity(model, images, images[:8], candidates=())
         assert rows[-1]["bytes"] == len(tflite_export.convert(model, "int8", images))
+
+
+def test_equalized_fused_qkv_keeps_the_float_function(run_dir, fashion):
+    """The int8 graph's per-head range equalization is exact in float, and it equalizes the heads."""
+    import tensorflow as tf
+
+    from convert.graph import forward, qkv_scales
+
+    model = tflite_export.load_vit(run_dir / "model.keras")
+    scales = qkv_scales(model, fashion[0][:64])
+    assert set(scales) == {"encoderblock_0/attn"} and len(scales["encoderblock_0/attn"]) == 2
+    rgb = tf.constant(np.repeat(fashion[2][:16], 3, axis=-1), tf.float32)
+    plain = forward(model, rgb, raw_pixels=True).numpy()
+    fused = forward(model, rgb, raw_pixels=True, qkv_scales=scales).numpy()
+    np.testing.assert_allclose(fused, plain, atol=1e-5)
+    np.testing.assert_allclose(plain, keras_scores(model, fashion[2][:16]), atol=1e-5)
+    ranges = []
+    forward(model, rgb, raw_pixels=True, qkv_scales=None,
+            observe=lambda attn, head, *qkv: ranges.append([float(tf.reduce_max(tf.abs(t))) for t in qkv]))
+    assert len(ranges) == 2  # one observation per head
+
+
+@pytest.mark.parametrize("heads", [3, 12])
+def test_int8_attention_is_one_fully_connected_per_block(tmp_path, fashion, heads):
+    """int8: one qkv FULLY_CONNECTED and SPLIT trees of <= 4 outputs; heads concatenated in trees of <= 4 inputs.
+
+    Every op is delegated to XNNPACK in both graphs, 12 heads (ViT-B) included."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model("vit_ti16", image_size=28, patch_size=7, channels=1, hidden_size=48,
+                                   num_heads=heads, mlp_dim=32, num_layers=2, num_classes=10, pooling="gap",
+                                   class_token=False, include_preprocessing=True)
+    counts = {}
+    for mode in ("float32", "int8"):
+        data = tflite_export.convert(model, mode, fashion[0][:120] if mode == "int8" else None)
+        graph = schema.Model.GetRootAs(data, 0)
+        codes = [max(graph.OperatorCodes(i).BuiltinCode(), graph.OperatorCodes(i).DeprecatedBuiltinCode())
+                 for i in range(graph.OperatorCodesLength())]
+        sub = graph.Subgraphs(0)
+        ops = [codes[sub.Operators(i).OpcodeIndex()] for i in range(sub.OperatorsLength())]
+        counts[mode] = ops.count(schema.BuiltinOperator.FULLY_CONNECTED)
+        path = tmp_path / f"{mode}.tflite"
+        path.write_bytes(data)
+        assert set(delegation_report(path)["fallback"]) <= {"QUANTIZE"}, mode
+    assert counts["float32"] == 2 * (3 * heads + 3) + 1  # per block: q, k, v per head, out, fc1, fc2; the head
+    assert counts["int8"] == 2 * 4 + 1  # per block: one qkv, out, fc1, fc2
