@@ -1,6 +1,7 @@
 """The classifier runtime and `vit-keras classify`, on tiny trained ViTs exported by convert/."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -185,3 +186,20 @@ def test_serve_refuses_a_wrong_model_before_starting(tmp_path, capsys):
     path.write_text("T-shirt/top\nTrouser\n")
     assert main(["serve", str(path), "--port", "1"]) == 2
     assert "not a TFLite model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("runtime", ["interpreter", "compiled"])
+def test_thread_count_probe(models, test_images, runtime):
+    """By default the app times its thread pool against one thread and keeps the faster; --threads is obeyed."""
+    from apps.classifier import Classifier
+
+    path = test_images[0] / "05.png"
+    pool = min(4, os.cpu_count() or 1)
+    chosen = Classifier(models["int8"], runtime=runtime, workers=2)
+    assert chosen.threads in {1, pool}
+    assert chosen._pool.qsize() == 2  # the workers' runners are made with the chosen count
+    fixed = Classifier(models["int8"], threads=pool, runtime=runtime)
+    assert fixed.threads == pool
+    a, b = chosen.classify(path), fixed.classify(path)
+    assert [label for label, _ in a.top] == [label for label, _ in b.top]
+    np.testing.assert_allclose([s for _, s in a.top], [s for _, s in b.top], atol=1e-6)

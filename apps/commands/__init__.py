@@ -18,7 +18,8 @@ def positive_int(text):
 
 def add_runtime_arguments(parser):
     """--threads and --runtime, shared by the commands that run a .tflite on LiteRT."""
-    parser.add_argument("--threads", type=positive_int, default=None, help="LiteRT CPU threads (default: up to 4)")
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="LiteRT CPU threads (default: up to 4, or 1 where the model runs faster on one)")
     parser.add_argument("--runtime", choices=("interpreter", "compiled"), default="interpreter",
                         help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
                              "CompiledModel")
