@@ -21,13 +21,15 @@ QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
 # reference kernels (the 1.9x slowdown of a plain int8 ViT-Ti/16); MEAN, SUB, MUL: LayerNorm's
 # statistics, the most sensitive ops in the per-op sensitivity sweep (convert/sensitivity.py).
 # These are also the ViT ops known to lose accuracy in int8 (softmax, GELU, LayerNorm outliers).
-# ADD, CONCATENATION, SPLIT: the residual stream, the heads' concat and the fused qkv's split, in
-# float, need no conversions of their own: each FULLY_CONNECTED then has just a QUANTIZE in and a
-# DEQUANTIZE out. Their QUANTIZE/DEQUANTIZE pairs run inside XNNPACK, so the graph stays one delegated
-# partition and the FULLY_CONNECTED / CONV_2D layers, where the time and the weights are, run in int8.
-INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL", "ADD", "CONCATENATION", "SPLIT")
+# CONCATENATION, SPLIT and the ADDs of the residual stream and of LayerNorm's shift (nodes named in
+# default_float_nodes): the heads' concat, the fused qkv's split, the residual stream and whole LayerNorms
+# in float need no conversions of their own, so each FULLY_CONNECTED has just a QUANTIZE in and a
+# DEQUANTIZE out. (Other ADDs stay int8: the position embedding is stored in int8.)
+# The QUANTIZE/DEQUANTIZE ops run inside XNNPACK, so the graph stays one delegated partition and the
+# FULLY_CONNECTED / CONV_2D layers, where the time and the weights are, run in int8.
+INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL", "CONCATENATION", "SPLIT")
 INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op in XNNPACK
-INT8_FLOAT_NODES = ("layernorm_epsilon",)
+INT8_FLOAT_NODES = ("layernorm_epsilon",)  # with RSQRT: LayerNorm's variance + epsilon
 MIN_CALIBRATION_IMAGES = 100
 DEFAULT_CALIBRATION_IMAGES = 300
 
@@ -129,6 +131,14 @@ def float_node_names(base_names, count=1000):
     return [f"{name}_{i}" if i else name for name in base_names for i in range(count)]
 
 
+def default_float_nodes(model, calibrated):
+    """The nodes the default int8 export keeps in float besides its op types: the ADDs of the residual stream
+    and of LayerNorm's shift (named in convert/graph.py), and a conv stem (``conv_stem_nodes``)."""
+    from .graph import norm_count
+
+    return float_node_names(("residual", "layernorm_shift"), norm_count(model)) + conv_stem_nodes(model, calibrated)
+
+
 def conv_stem_nodes(model, calibrated):
     """Names of the CONV_2D ops that don't read the image input: a conv stem's convs and its 1x1 patch embedding
     (none for a model without a conv stem).
@@ -168,8 +178,8 @@ def convert(model, quantize="float32", calibration=None, dynamic_batch=False, fl
 
     model_bytes = convert_graph(model, quantize, calibration, dynamic_batch)
     if quantize == "int8":
-        stem_nodes = conv_stem_nodes(model, model_bytes) if tuple(float_ops) == INT8_FLOAT_OPS else ()
-        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model), float_nodes=stem_nodes)
+        nodes = default_float_nodes(model, model_bytes) if tuple(float_ops) == INT8_FLOAT_OPS else ()
+        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model), float_nodes=nodes)
     custom = unsupported_ops(model_bytes)
     if custom:
         raise ValueError(f"the {quantize} model needs non-builtin ops {', '.join(custom)}; "

@@ -61,7 +61,7 @@ def layer_norm(layer, x):
     centred = x - mean
     variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
     y = centred * tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
-    return y * tf.constant(numpy(layer.gamma)) + tf.constant(numpy(layer.beta))
+    return tf.add(y * tf.constant(numpy(layer.gamma)), tf.constant(numpy(layer.beta)), name="layernorm_shift")
 
 
 def group_norm(layer, x):
@@ -204,9 +204,9 @@ def qkv_scales(model, images, batch_size=50):
 
 def transformer_block(block, z, scales=None, observe=None):
     y = attention(block.attn, layer_norm(block.norm1, z), block.query_tokens, scales, observe)
-    z = (tf.slice(z, [0, 0, 0], [-1, block.query_tokens, -1]) if block.query_tokens else z) + y
+    z = tf.add(tf.slice(z, [0, 0, 0], [-1, block.query_tokens, -1]) if block.query_tokens else z, y, name="residual")
     hidden = tf.nn.gelu(dense(block.fc1, layer_norm(block.norm2, z)), approximate=block.gelu_approximate)
-    return z + dense(block.fc2, hidden)
+    return tf.add(z, dense(block.fc2, hidden), name="residual")  # named: int8 keeps the residual stream in float
 
 
 def forward(model, images, raw_pixels, qkv_scales=None, observe=None):

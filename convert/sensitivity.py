@@ -3,7 +3,8 @@
 The ViT literature reports int8 collapses from LayerNorm, GELU and softmax outliers. This
 sweep calibrates once, then quantizes the same calibrated graph with one more op type left
 in float at a time, and measures top-1 agreement and the largest score error against Keras.
-A conv stem stays in float in every row, as ``export`` keeps it, so the last row is the exported file.
+The residual stream and a conv stem stay in float in every row, as ``export`` keeps them, so the last
+row is the exported file.
 
     from convert.sensitivity import op_sensitivity
     rows = op_sensitivity(model, calibration_images, test_images)
@@ -14,7 +15,7 @@ import tempfile
 
 import numpy as np
 
-from .export import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, calibration_images, conv_stem_nodes, convert_graph,
+from .export import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, calibration_images, convert_graph, default_float_nodes,
                      quantize_int8)
 from .graph import keras_scores, norm_count
 from .verify import predict
@@ -26,13 +27,13 @@ def op_sensitivity(model, calibration, images, base=INT8_XNNPACK_FLOAT_OPS, cand
     """Rows {float_ops, agreement, max_abs_diff, bytes}: ``base`` alone, ``base`` + each candidate, the default."""
     reference = keras_scores(model, images)
     calibrated = convert_graph(model, "int8", calibration_images(calibration, model))
-    norms, stem_nodes = norm_count(model), conv_stem_nodes(model, calibrated)
+    norms, nodes = norm_count(model), default_float_nodes(model, calibrated)
     sets = [tuple(base)] + [tuple(base) + (op,) for op in candidates] + [INT8_FLOAT_OPS]
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "probe.tflite")
         for float_ops in dict.fromkeys(sets):
-            data = quantize_int8(calibrated, float_ops, num_norms=norms, float_nodes=stem_nodes)
+            data = quantize_int8(calibrated, float_ops, num_norms=norms, float_nodes=nodes)
             with open(path, "wb") as f:
                 f.write(data)
             scores = predict(path, images)
