@@ -183,20 +183,18 @@ def qkv_scales(model, images, batch_size=50):
     same range, the geometric mean of theirs; beta brings every v to the largest of those, so each head
     uses the shared scale's full range. Ranges are max |q|, |k|, |v| over ``images`` (uint8, N, H, W, C).
     """
-    ranges = collections.defaultdict(lambda: np.zeros((0, 3)))
+    ranges = collections.defaultdict(dict)  # {attention path: {head: [max |q|, max |k|, max |v|]}}
 
     def observe(attn, head, q, k, v):
         seen = ranges[attn.path]
-        if len(seen) <= head:
-            seen = ranges[attn.path] = np.vstack([seen, np.zeros((1, 3))])
-        seen[head] = np.maximum(seen[head], [float(tf.reduce_max(tf.abs(t))) for t in (q, k, v)])
+        seen[head] = np.maximum(seen.get(head, 0.0), [float(tf.reduce_max(tf.abs(t))) for t in (q, k, v)])
 
     rgb = np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else np.asarray(images)
     for start in range(0, len(rgb), batch_size):
         forward(model, tf.constant(rgb[start:start + batch_size], tf.float32), raw_pixels=True, observe=observe)
     scales = {}
-    for path, r in ranges.items():
-        r = np.maximum(r, 1e-6)
+    for path, heads in ranges.items():
+        r = np.maximum([heads[h] for h in sorted(heads)], 1e-6)
         shared = np.sqrt(r[:, 0] * r[:, 1])
         scales[path] = [(float(a), float(b)) for a, b in zip(np.sqrt(r[:, 1] / r[:, 0]), shared.max() / r[:, 2])]
     return scales
