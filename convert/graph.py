@@ -140,7 +140,7 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None):
         order = np.concatenate([np.arange(d * 3)[col] for head in cols for col in head])  # head-major q, k, v
         per_head = [tf.split(y, 3, axis=-1) for y in split_even(project(x, order), heads)]
     else:
-        queries = tf.slice(x, [0, 0, 0], [-1, query_tokens, -1]) if query_tokens else x
+        queries = token_slice(x, 0, query_tokens) if query_tokens else x
         per_head = [(project(queries, q), project(x, k), project(x, v)) for q, k, v in cols]
     outputs = []
     for h, (q, k, v) in enumerate(per_head):
@@ -149,6 +149,14 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None):
         weights = tf.nn.softmax(tf.matmul(q, k, transpose_b=True), axis=-1)
         outputs.append(tf.matmul(weights, v))
     return dense(attn.out, concat_even(outputs), kernel=out_kernel)
+
+
+def token_slice(x, start, count=None):
+    """Tokens ``start:start + count`` of (B, T, D) ``x`` as one SLICE with static sizes where the shape is known:
+    XNNPACK does not take a SLICE whose size is -1, which would leave it to the reference kernels."""
+    batch, length, width = x.shape
+    count = length - start if count is None else count
+    return tf.slice(x, [0, start, 0], [-1 if batch is None else batch, count, width])
 
 
 def split_even(y, parts):
@@ -202,7 +210,7 @@ def qkv_scales(model, images, batch_size=50):
 
 def transformer_block(block, z, scales=None, observe=None):
     y = attention(block.attn, layer_norm(block.norm1, z), block.query_tokens, scales, observe)
-    z = tf.add(tf.slice(z, [0, 0, 0], [-1, block.query_tokens, -1]) if block.query_tokens else z, y, name="residual")
+    z = tf.add(token_slice(z, 0, block.query_tokens) if block.query_tokens else z, y, name="residual")
     hidden = tf.nn.gelu(dense(block.fc1, layer_norm(block.norm2, z)), approximate=block.gelu_approximate)
     return tf.add(z, dense(block.fc2, hidden), name="residual")  # named: int8 keeps the residual stream in float
 
@@ -246,7 +254,7 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None):
             x = tf.reshape(x, (-1, x.shape[-1]))  # (B, 1, D) -> (B, D): a RESHAPE, not a STRIDED_SLICE
         elif layer.name == "pool":
             if layer.class_token:
-                x = tf.slice(x, [0, 1, 0], [-1, -1, -1])
+                x = token_slice(x, 1)
             x = tf.reduce_mean(x, axis=1)
         else:
             x = layer(x)

@@ -115,7 +115,8 @@ def test_exported_signature_and_metadata(exported, mode):
     assert (mean, std) == (([0.0], [1.0]) if mode == "int8" else ([127.5], [127.5]))
     assert tflite_metadata.read_labels(str(exported[mode])) == LABELS
     assert set(files) == {"labels.txt"}
-    assert not delegation_report(exported[mode])["fallback"].get("BATCH_MATMUL")  # attention stays in XNNPACK
+    # One XNNPACK partition: the class-token readout's SLICEs and the attention's BATCH_MATMULs included.
+    assert set(delegation_report(exported[mode])["fallback"]) <= {"QUANTIZE"}, mode
 
 
 def test_float32_equals_keras_and_int8_close(exported, reference, fashion):
@@ -197,7 +198,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
             assert np.abs(scores - reference).max() < 1e-4
         np.testing.assert_allclose(scores.sum(-1), 1.0, atol=0.02)
         report = delegation_report(path)
-        assert set(report["fallback"]) <= {"SLICE", "QUANTIZE"}, (mode, report)  # as plain ViTs: all in XNNPACK
+        assert set(report["fallback"]) <= {"QUANTIZE"}, (mode, report)  # as plain ViTs: all in XNNPACK
         from ai_edge_litert.interpreter import Interpreter
 
         expected = np.uint8 if mode == "int8" else np.float32  # int8's contract: raw uint8 pixels in
