@@ -24,6 +24,12 @@ SYNC_BN = keras.backend.backend() == "tensorflow"
 RESNET_DEPTHS = {"r26": (2, 2, 2, 2), "r50": (3, 4, 9), "r50_s32": (3, 4, 6, 3)}
 
 
+def strided_shape(input_shape, stride, channels):
+    """(B, H, W, C) -> the feature map of a "same"-padded stem of total ``stride``: (B, ceil(H/s), ceil(W/s), channels)."""
+    b, h, w, _ = input_shape
+    return (b, None if h is None else -(-h // stride), None if w is None else -(-w // stride), channels)
+
+
 @register
 class StdConv2D(keras.layers.Conv2D):
     """Conv2D whose kernel is standardized (zero mean, unit variance per output filter) at every call."""
@@ -116,9 +122,7 @@ class ResNetV2Stem(keras.layers.Layer):
         return x
 
     def compute_output_shape(self, input_shape):
-        b, h, w, _ = input_shape
-        s = self.stride
-        return (b, None if h is None else -(-h // s), None if w is None else -(-w // s), self.output_channels)
+        return strided_shape(input_shape, self.stride, self.output_channels)
 
     def get_config(self):
         return {
@@ -165,9 +169,7 @@ class ConvStem(keras.layers.Layer):
         return x
 
     def compute_output_shape(self, input_shape):
-        b, h, w, _ = input_shape
-        s = self.stride
-        return (b, None if h is None else -(-h // s), None if w is None else -(-w // s), self.output_channels)
+        return strided_shape(input_shape, self.stride, self.output_channels)
 
     def get_config(self):
         return {**super().get_config(), "patch_size": self.patch_size, "hidden_size": self.hidden_size}
