@@ -142,6 +142,8 @@ def test_pipeline_is_deterministic_given_a_seed(fashion, augment, mixup, cutmix)
     np.testing.assert_allclose(x[..., 0], x[..., 2])  # gray repeated to RGB
     assert y.shape == (32, 10)
     np.testing.assert_allclose(y.sum(1), 1.0, rtol=1e-5)  # mixed labels still sum to one
+    # Autotuning off: dropping an autotuned iterator (at every epoch start in fit) idled for seconds.
+    assert make_dataset(*fashion, seed=5, **kw).options().autotune.enabled is False
 
 
 def test_eval_pipeline_keeps_order_and_pixels(fashion):
