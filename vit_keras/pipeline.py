@@ -21,9 +21,9 @@ from .layers import pair
 
 AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
 # Fixed parallelism instead of tf.data's autotuning: destroying an autotuned iterator, which Keras does
-# at every epoch's start, waits for the autotuner's sleeping thread, and that cost the quick recipe
-# 1-12 s of idle CPU per epoch (a fifth of its training time). The steps work on whole batches, so
-# a map over the cores and two batches in the queue keep up with the model.
+# at every epoch's start, waited on a tf.data thread and left the quick recipe idle for 1-12 s per epoch
+# (a fifth of its training time). The steps work on whole batches, so a map over the cores and two
+# batches in the queue keep up with the model.
 PARALLEL_BATCHES = max(1, min(os.cpu_count() or 1, 16))
 PREFETCH_BATCHES = 2
 
