@@ -25,7 +25,7 @@ RESNET_DEPTHS = {"r26": (2, 2, 2, 2), "r50": (3, 4, 9), "r50_s32": (3, 4, 6, 3)}
 
 
 def strided_shape(input_shape, stride, channels):
-    """(B, H, W, C) -> the feature map of a "same"-padded stem of total ``stride``: (B, ceil(H/s), ceil(W/s), channels)."""
+    """(B, H, W, C) -> the shape of a "same"-padded stem's output: (B, ceil(H / stride), ceil(W / stride), channels)."""
     b, h, w, _ = input_shape
     return (b, None if h is None else -(-h // stride), None if w is None else -(-w // stride), channels)
 

@@ -150,9 +150,10 @@ def compile_model(model, schedule, precision="float32", weight_decay=0.05, label
 # The quick recipe: a hybrid ViT whose conv stem (two 3x3 stride-2 convs, Xiao et al. 2021) feeds a 7x7 or
 # 8x8 token grid to 3 blocks of width 64, GAP pooling (no class token), tanh GELU. On Fashion-MNIST, 12 epochs
 # reach 90.9-91.5% test in ~6 min of fit on 2 cores (docs/benchmarks.md: the runs and trials; peak LR 4e-3 at
-# batch 128 beat 2e-3 and 6e-3, label smoothing 0.1 beat 0, batch 128 beat 256). The long recipe is the same design at width 96 and 4 blocks
-# (0.32M parameters) for 30 epochs, ~42 min (92.15%), with flips only and drop-path 0.05: the 0.8M-parameter
-# long recipe before it (random-resized crops, drop-path 0.1) was still under-fitted after 20 epochs (90.5%).
+# batch 128 beat 2e-3 and 6e-3, label smoothing 0.1 beat 0, batch 128 beat 256). The long recipe is the same
+# design at width 96 and 4 blocks (0.32M parameters) for 30 epochs (91.95-92.15%), with flips only and drop-path
+# 0.05: the 0.8M-parameter long recipe before it (random-resized crops, drop-path 0.1) was still under-fitted
+# after 20 epochs (90.5%).
 QUICK = dict(hidden_size=64, num_heads=2, mlp_dim=128, num_layers=3, pooling="gap", class_token=False,
              gelu_approximate=True, stem="conv")
 RECIPES = {
