@@ -146,6 +146,16 @@ def test_pipeline_is_deterministic_given_a_seed(fashion, augment, mixup, cutmix)
     assert make_dataset(*fashion, seed=5, **kw).options().autotune.enabled is False
 
 
+def test_mixup_and_cutmix_both_used():
+    """With both on, each batch draws one of them: CutMix copies pixels, MixUp blends them."""
+    values = np.arange(64, dtype=np.uint8) * 4  # one constant value per image
+    images = np.broadcast_to(values[:, None, None, None], (64, 8, 8, 1)).copy()
+    dataset = make_dataset(images, np.arange(64) % 10, 10, batch_size=16, training=True, augment="none",
+                           mixup=0.8, cutmix=1.0, seed=3, repeat=True)
+    kinds = {bool(np.isin(x, values).all()) for x, _ in batches(dataset, 12)}
+    assert kinds == {True, False}  # some batches cut and pasted, some blended
+
+
 def test_eval_pipeline_keeps_order_and_pixels(fashion):
     images, labels = fashion
     dataset = make_dataset(images, labels, 10, batch_size=100, one_hot=False)

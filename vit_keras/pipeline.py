@@ -83,6 +83,7 @@ def make_dataset(
     dataset = tf.data.Dataset.zip((dataset, batch_seeds))
 
     rand_augment = keras.layers.RandAugment(value_range=(0, 255), seed=seed) if augment == "randaugment" else None
+    mix = _mixer(mixup, cutmix, seed) if training and (mixup or cutmix) else None
 
     def transform(batch, batch_seed):
         x, y = batch
@@ -99,15 +100,15 @@ def make_dataset(
         x = tf.clip_by_value(x, 0.0, 255.0)
         if one_hot:
             y = tf.one_hot(y, num_classes, dtype=tf.float32)
-        return x, y
+        return (x, y, batch_seed) if mix else (x, y)
 
     # Sequential maps: the Keras layers' seed generators are stateful, so order must not vary.
     if rand_augment is None:
         dataset = dataset.map(transform, num_parallel_calls=PARALLEL_BATCHES, deterministic=True)
     else:
         dataset = dataset.map(transform)
-    if training and (mixup or cutmix):
-        dataset = dataset.map(_mixer(mixup, cutmix, seed))
+    if mix:
+        dataset = dataset.map(mix)
     options = tf.data.Options()
     options.deterministic = True
     options.autotune.enabled = False
@@ -130,12 +131,12 @@ def _mixer(mixup, cutmix, seed):
     if cutmix:
         layers.append(keras.layers.CutMix(factor=float(cutmix), seed=seed + 1))
 
-    def mix(x, y):
+    def mix(x, y, batch_seed):
         data = {"images": x, "labels": y}
         if len(layers) == 1:
             out = layers[0](data, training=True)
-        else:
-            choose_mixup = tf.random.stateless_uniform((), seed=tf.stack([seed, tf.cast(tf.reduce_sum(y), tf.int32)]))
+        else:  # each batch gets one of the two, drawn from the batch's own seed
+            choose_mixup = tf.random.stateless_uniform((), seed=batch_seed + 2)
             out = tf.cond(choose_mixup < 0.5, lambda: layers[0](data, training=True),
                           lambda: layers[1](data, training=True))
         return out["images"], out["labels"]
