@@ -70,24 +70,28 @@ def check_output_path(out):
 
 
 def calibration_images(calibration, model, limit=DEFAULT_CALIBRATION_IMAGES):
-    """uint8 (N, H, W, C) calibration images from a data spec or an array, checked against the model.
+    """uint8 calibration images from a data spec or an array, at the model's size and channels (resized and
+    converted as evaluation does, so any data the model trains on calibrates it).
 
     limit: the first ``limit`` images (None: all of them).
     """
     if calibration is None:
         raise ValueError("int8 needs `calibration` data: 'fashion_mnist', 'tfds:NAME' or 'folder:PATH' "
                          "(the training data spec), or an array of uint8 images.")
+    from vit_keras.pipeline import fit_images
+
     if isinstance(calibration, str):
         from vit_keras.data import load_arrays
 
         images = load_arrays(calibration, split="train", limit=limit)[0]
     else:
         images = np.asarray(calibration)[:limit]
-    height, width = model.vit_config["image_size"]
-    channels = model.vit_config["channels"]
-    if images.ndim != 4 or images.shape[1:] != (height, width, channels):
-        raise ValueError(f"`calibration` images have shape {images.shape[1:]} but the model takes "
-                         f"{(height, width, channels)} (height, width, channels); use the model's training data.")
+    if images.ndim not in (3, 4) or (images.ndim == 4 and images.shape[-1] not in (1, 3)):
+        raise ValueError(f"`calibration` must be uint8 images (N, H, W) or (N, H, W, 1|3); got shape {images.shape}.")
+    if images.dtype != np.uint8 and images.size and (images.min() < 0 or images.max() <= 1.0 or images.max() > 255):
+        raise ValueError("`calibration` must hold raw 0-255 pixels (uint8), as the exported int8 model takes them; "
+                         f"got values in [{images.min()}, {images.max()}].")
+    images = fit_images(images, model.vit_config["image_size"], model.vit_config["channels"])
     if len(images) < MIN_CALIBRATION_IMAGES:
         raise ValueError(f"`calibration` has {len(images)} images; int8 needs at least {MIN_CALIBRATION_IMAGES} "
                          "real images (a few hundred is best).")

@@ -187,6 +187,7 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES):
 def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2)):
     """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data``."""
     from vit_keras.data import load_arrays
+    from vit_keras.pipeline import fit_images
 
     from .export import load_vit
     from .graph import keras_scores
@@ -196,9 +197,7 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
             raise FileNotFoundError(f"`tflite` file {path!r} does not exist.")
     model = load_vit(keras_path)
     images, labels, _ = load_arrays(data, split=split, limit=limit)
-    expected = [*model.vit_config["image_size"], model.vit_config["channels"]]
-    if list(images.shape[1:]) != list(expected):
-        raise ValueError(f"`data` images have shape {images.shape[1:]}, the model takes {tuple(expected)}.")
+    images = fit_images(images, model.vit_config["image_size"], model.vit_config["channels"])
     reference = keras_scores(model, images)
     rows = [verify(path, reference, labels, images, threads=threads, runs=runs) for path in tflite_paths]
     return (f"{len(images)} {split} images of {data}; latency at batch 1, median of {runs} runs after warm-up.\n\n"

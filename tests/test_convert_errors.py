@@ -45,8 +45,9 @@ def test_not_a_vit(tmp_path):
 @pytest.mark.parametrize("calibration, message", [
     (None, "int8 needs `calibration`"),
     (images(20), "at least 100"),
-    (images(150, size=32), "shape"),
-    (images(150, channels=3), "shape"),
+    (images(150, channels=4), "shape"),
+    (images(150)[..., 0].reshape(150, -1), "shape"),
+    (images(150) / 255.0, "0-255"),
     ("folder:/nonexistent/vit-data", "nonexistent"),
 ])
 def test_bad_calibration_keeps_the_old_file(vit_file, tmp_path, calibration, message):
@@ -56,6 +57,13 @@ def test_bad_calibration_keeps_the_old_file(vit_file, tmp_path, calibration, mes
         tflite_export.export_tflite(vit_file, out, quantize="int8", calibration=calibration)
     assert out.read_bytes() == b"previous export"
     assert os.listdir(tmp_path) == ["model.tflite"]
+
+
+def test_calibration_is_fitted_to_the_model(vit_file):
+    """Images of another size or mode calibrate as training sees them: resized, converted, still raw uint8."""
+    model = tflite_export.load_vit(vit_file)
+    fitted = tflite_export.calibration_images(images(150, size=40, channels=3), model)
+    assert fitted.shape == (150, 28, 28, 1) and fitted.dtype == np.uint8 and fitted.max() > 128
 
 
 def test_unwritable_output(vit_file, tmp_path):
@@ -105,6 +113,20 @@ def test_cli_export_and_verify(vit_file, tmp_path, capsys):
                      "--runs", "5", "--threads", "1"]) == 0
     table = capsys.readouterr().out
     assert "| m.tflite |" in table and "Interpreter 1T ms" in table and "CompiledModel 1T ms" in table
+
+
+def test_verify_fits_the_data_to_the_model(tmp_path):
+    """A 32x32 RGB model verified on 28x28 gray Fashion-MNIST: the images are resized and converted as in training."""
+    from convert.verify import verify_files
+
+    model = vit_keras.create_model("vit_ti16", image_size=32, patch_size=8, hidden_size=16, num_heads=2, mlp_dim=32,
+                                   num_layers=1, num_classes=10, include_preprocessing=True)
+    model.save(tmp_path / "rgb.keras")
+    (tmp_path / "labels.txt").write_text("\n".join(LABELS))
+    tflite_export.export_tflite(tmp_path / "rgb.keras", tmp_path / "rgb.tflite", quantize="float32")
+    table = verify_files([str(tmp_path / "rgb.tflite")], str(tmp_path / "rgb.keras"), "fashion_mnist", limit=20,
+                         runs=2, threads=(1,))
+    assert "| rgb.tflite |" in table and "100.00%" in table
 
 
 def test_dynamic_batch(vit_file, tmp_path):

@@ -90,9 +90,7 @@ def make_dataset(
         x = tf.cast(x, tf.float32)
         if augment in ("crop", "randaugment"):
             x = random_resized_crop(x, size, crop_scale, batch_seed)
-        elif tuple(x.shape[1:3]) != tuple(size):
-            x = tf.image.resize(x, size, antialias=True)
-        x = convert_channels(x, channels)
+        x = fit_batch(x, size, channels)
         if augment != "none" and flip:
             x = random_flip(x, batch_seed + 1)
         if rand_augment is not None:
@@ -175,6 +173,26 @@ def random_flip(x, seed):
     """Left-right flip of a random half of the batch."""
     coin = tf.random.stateless_uniform([tf.shape(x)[0], 1, 1, 1], tf.cast(seed, tf.int64)) < 0.5
     return tf.where(coin, tf.reverse(x, axis=[2]), x)
+
+
+def fit_images(images, image_size, channels, batch_size=256):
+    """uint8 (N, H, W, C) images at the model's ``image_size`` and ``channels``, resized as evaluation resizes
+    them and rounded back to uint8: what export calibrates on and verify compares with."""
+    images = np.asarray(images)
+    images = images[..., None] if images.ndim == 3 else images
+    size = pair(image_size, "image_size")
+    if images.shape[1:] == (*size, channels):
+        return images
+    batches = [fit_batch(tf.cast(images[start:start + batch_size], tf.float32), size, channels)
+               for start in range(0, len(images), batch_size)]
+    return np.clip(np.round(np.concatenate(batches)), 0, 255).astype(np.uint8)
+
+
+def fit_batch(x, size, channels):
+    """A float batch at ``size`` (antialiased resize where it differs) with the model's ``channels``."""
+    if tuple(x.shape[1:3]) != tuple(size):
+        x = tf.image.resize(x, size, antialias=True)
+    return convert_channels(x, channels)
 
 
 def convert_channels(x, channels):

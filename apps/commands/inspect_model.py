@@ -33,26 +33,10 @@ def sample_images(args, model):
     if args.images:
         return np.stack([visualize.load_image(path, model) for path in args.images])
     from vit_keras.data import load_arrays
+    from vit_keras.pipeline import fit_images
 
     images, _, _ = load_arrays(args.data, split="test", limit=args.limit, seed=0)
-    return fit_to_model(images, model)
-
-
-def fit_to_model(images, model):
-    """Resize / convert uint8 (N, H, W, C) images to the model's (H, W, C)."""
-    import numpy as np
-    from PIL import Image
-
-    height, width, channels = model.input_shape[1:]
-    if images.shape[1:] == (height, width, channels):
-        return images.astype("float32")
-    mode = "L" if channels == 1 else "RGB"
-    out = []
-    for image in images:
-        image = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
-        array = np.asarray(image.convert(mode).resize((width, height), Image.BILINEAR), dtype="float32")
-        out.append(array[..., None] if channels == 1 else array)
-    return np.stack(out)
+    return fit_images(images, model.input_shape[1:3], model.input_shape[3]).astype("float32")
 
 
 def run(args):
