@@ -47,6 +47,27 @@ def make_folder(root, classes=("cat", "dog"), per_class=6):
     return root
 
 
+def test_training_decodes_images_as_the_app_does(tmp_path):
+    """No train/device skew: 16-bit, float, EXIF-rotated, transparent and palette images give the same pixels."""
+    from apps.images import load_image
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 255, (12, 16, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # display rotated 90 degrees clockwise
+    Image.fromarray(pixels).save(tmp_path / "rotated.jpg", exif=exif)
+    Image.fromarray(pixels[..., 0].astype(np.uint16) * 250).save(tmp_path / "deep.png")
+    Image.fromarray(pixels[..., 0].astype(np.float32) / 255).save(tmp_path / "float.tif")
+    Image.fromarray(np.dstack([pixels, pixels[..., :1]])).save(tmp_path / "alpha.png")
+    Image.fromarray(pixels).convert("P").save(tmp_path / "palette.png", transparency=0)
+    Image.fromarray(pixels).convert("1").save(tmp_path / "bits.png")
+    for name in ("rotated.jpg", "deep.png", "float.tif", "alpha.png", "palette.png", "bits.png"):
+        app = np.asarray(load_image(tmp_path / name)[0])
+        np.testing.assert_array_equal(vdata.decode_image(tmp_path / name), app[..., None] if app.ndim == 2 else app,
+                                      err_msg=name)
+    assert vdata.decode_image(tmp_path / "rotated.jpg").shape == (16, 12, 3)
+
+
 def test_folder_skips_corrupt_images_and_mixes_sizes_and_modes(tmp_path):
     root = make_folder(tmp_path / "pets")
     (root / "cat" / "broken.jpg").write_bytes(b"not an image")

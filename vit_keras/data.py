@@ -200,15 +200,24 @@ def list_folder(path):
 
 
 def decode_image(path):
-    """A uint8 (H, W, 1|3) array from an image file; raises on corrupt files."""
-    from PIL import Image
+    """A uint8 (H, W, 1|3) array from an image file; raises on corrupt files.
+
+    The pixels the app decodes on device (apps/images.py, which may not import this package): EXIF
+    orientation applied, 16-bit data scaled by 1/257, float data taken as 0-1 when it fits, alpha composited
+    on white. tests/test_data.py checks that the two agree.
+    """
+    from PIL import Image, ImageOps
 
     with Image.open(path) as image:
+        image = ImageOps.exif_transpose(image)
         image.load()
-        if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
             array = np.asarray(image, np.float64)
-            array = array / max(array.max(), 1.0) * 255.0  # 16/32-bit gray: stretch to 8 bits
-            return array.astype(np.uint8)[..., None]
+            if image.mode == "F" and array.size and array.min() >= 0 and array.max() <= 1.0:
+                array = array * 255.0
+            elif image.mode.startswith("I;16") or (array.size and array.max() > 255):
+                array = array / 257.0
+            return np.clip(array + 0.5, 0, 255).astype(np.uint8)[..., None]
         if image.mode in ("L", "1"):
             return np.asarray(image.convert("L"))[..., None]
         if "A" in image.mode or (image.mode == "P" and "transparency" in image.info):
