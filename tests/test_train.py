@@ -173,6 +173,24 @@ def test_bad_crop_scale_fails_before_anything_is_loaded_or_written(crop_scale, t
     assert not (tmp_path / "run").exists()
 
 
+def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):
+    saved = train.build_model(10, 1, (28, 28), overrides=dict(num_layers=1))
+    saved.save(tmp_path / "base.keras")
+    tuned = train.build_model(3, 1, (28, 28), weights=str(tmp_path / "base.keras"), drop_path=0.1)
+    assert tuned.get_config()["num_classes"] == 3 and tuned.get_config()["drop_path"] == 0.1
+    for source, target in zip(saved.layers, tuned.layers):
+        if target.name != "head":
+            assert all(np.array_equal(a, b) for a, b in zip(source.get_weights(), target.get_weights()))
+    for weights, model_name, overrides, message in [
+            ("vit.npz", None, None, "pass `model_name`"),
+            (str(tmp_path / "base.keras"), None, dict(num_layers=2), "its own architecture"),
+            (str(tmp_path / "base.keras"), "vit_ti16", None, "its own architecture")]:
+        with pytest.raises(ValueError, match=message):
+            train.train("fashion_mnist", str(tmp_path / "run"), model_name=model_name, weights=weights,
+                        model_overrides=overrides, verbose=0)
+    assert not (tmp_path / "run").exists()
+
+
 def run_cli(*args, env=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)

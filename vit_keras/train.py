@@ -185,8 +185,9 @@ def build_model(num_classes, channels, data_size, model_name=None, image_size=No
 
     keras.utils.set_random_seed(seed)
     common = dict(num_classes=num_classes, channels=channels, include_preprocessing=True, drop_path=drop_path)
+    check_weights(weights, model_name, overrides)
     if weights and str(weights).endswith(".keras"):
-        return finetune_from(weights, num_classes, image_size)
+        return finetune_from(weights, num_classes, image_size, drop_path)
     if model_name is None:
         size, patch = quick_image_size(data_size)
         if image_size is not None:
@@ -201,17 +202,35 @@ def build_model(num_classes, channels, data_size, model_name=None, image_size=No
     return create_model(model_name, image_size=image_size or data_size, weights=weights, **common, **(overrides or {}))
 
 
-def finetune_from(path, num_classes, image_size=None):
-    """A saved VisionTransformer, resized to ``image_size`` and given a fresh head for ``num_classes``."""
+def check_weights(weights, model_name, overrides):
+    """A .keras file brings its own architecture; any other checkpoint needs a named model to load into."""
+    if not weights:
+        return
+    if str(weights).endswith(".keras"):
+        if model_name or overrides:
+            raise ValueError(f"`weights`={str(weights)!r} is a saved model with its own architecture; drop "
+                             f"`model_name`/architecture overrides ({model_name or ', '.join(overrides)}) or pass a "
+                             "checkpoint (.npz, .pth, .safetensors) with `model_name`.")
+    elif model_name is None:
+        raise ValueError(f"`weights`={str(weights)!r} is a checkpoint for a named model: pass `model_name` (e.g. "
+                         "'vit_ti16'), or a .keras model saved by an earlier run.")
+
+
+def finetune_from(path, num_classes, image_size=None, drop_path=None):
+    """A saved VisionTransformer, resized to ``image_size``, with a fresh head for ``num_classes`` and the
+    given ``drop_path`` (None: the saved one)."""
     from .models import VisionTransformer, resize_model
 
     model = keras.saving.load_model(path, compile=False)
     if image_size is not None:
         model = resize_model(model, image_size)
-    if model.get_config()["num_classes"] != num_classes:
-        fresh = VisionTransformer.from_config({**model.get_config(), "num_classes": num_classes})
+    config = model.get_config()
+    changes = {key: value for key, value in dict(num_classes=num_classes, drop_path=drop_path).items()
+               if value is not None and config[key] != value}
+    if changes:
+        fresh = VisionTransformer.from_config({**config, **changes})
         for source, target in zip(model.layers, fresh.layers):
-            if target.name != "head":
+            if target.name != "head" or "num_classes" not in changes:
                 target.set_weights(source.get_weights())
         model = fresh
     return model
@@ -248,6 +267,7 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
               warmup_epochs=warmup_epochs)
     hp = {k: defaults[k] if v is None else v for k, v in hp.items()}
     hp["crop_scale"] = check_crop_scale(hp["crop_scale"])  # before anything is loaded or written
+    check_weights(weights, model_name, model_overrides)
     for key, value in dict(epochs=hp["epochs"], batch_size=hp["batch_size"], steps_per_execution=steps_per_execution,
                            micro_batches=micro_batches).items():
         if int(value) < 1:
