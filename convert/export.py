@@ -9,7 +9,6 @@ passed, so a failed export never leaves a partial file behind.
 
 import os
 import re
-import tempfile
 
 import numpy as np
 
@@ -35,19 +34,12 @@ DEFAULT_CALIBRATION_IMAGES = 300
 
 
 def load_vit(path):
-    """A vit_keras VisionTransformer from a .keras file, with clear errors for anything else."""
-    import keras
+    """A vit_keras VisionTransformer classifier from a .keras file, with clear errors for anything else."""
+    from vit_keras.models import load_model
 
     from .graph import check_vit
 
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"`model` file {path!r} does not exist.")
-    try:
-        model = keras.saving.load_model(path, compile=False)
-    except Exception as error:  # keras raises many types for a foreign file
-        raise ValueError(f"`model` file {path!r} is not a Keras model saved by vit_keras: {error}") from error
-    return check_vit(model, source=path)
+    return check_vit(load_model(path), source=os.fspath(path))
 
 
 def read_labels_file(path):
@@ -287,24 +279,13 @@ def classifier_metadata(model, labels, quantize, input_dtype, name=None, descrip
 
 
 def write_atomic(path, data):
-    folder = os.path.dirname(path)
+    """``data`` to ``path`` atomically; any OS error names `out`."""
+    from vit_keras.files import write_bytes
+
     try:
-        handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".tflite", dir=folder)
+        write_bytes(path, data)
     except OSError as error:
         raise PermissionError(f"`out` {path!r} is not writable: {error}") from error
-    try:
-        with os.fdopen(handle, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes 0600; a model file is meant to be shared
-        os.replace(temp, path)
-    except BaseException as error:
-        if os.path.exists(temp):
-            os.remove(temp)
-        if isinstance(error, OSError):
-            raise PermissionError(f"could not write `out` {path!r}: {error}") from error
-        raise
 
 
 def export_tflite(model, out, quantize="float32", calibration=None, labels=None, dynamic_batch=False,

@@ -110,6 +110,33 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(fashion, tmp_p
     assert not (tmp_path / "model.keras").exists()
 
 
+class NanFrom(keras.optimizers.schedules.LearningRateSchedule):
+    """1e-3, then a NaN learning rate from step ``step`` on (NaN weights, though the step's own loss is finite)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def __call__(self, step):
+        return keras.ops.where(step < self.step, 1e-3, float("nan"))
+
+    def get_config(self):
+        return {"step": self.step}
+
+
+def test_nan_weights_from_an_epochs_last_step_are_not_checkpointed(fashion, tmp_path):
+    """The last update of an epoch has no loss of its own yet: the weights are checked before the checkpoint."""
+    images, labels, _ = fashion
+    keras.utils.set_random_seed(0)
+    model = tiny_model()
+    steps = len(images) // 64
+    train.compile_model(model, NanFrom(2 * steps - 1), jit_compile=False, clipnorm=None)
+    data = make_dataset(images, labels, 10, batch_size=64, training=True, augment="none")
+    with pytest.raises(train.NonFiniteLoss, match="weights became NaN or Inf in the last steps of epoch 2"):
+        model.fit(data, epochs=3, callbacks=runs.make_callbacks(str(tmp_path), 64, tensorboard=False), verbose=0)
+    good = keras.saving.load_model(tmp_path / "checkpoint.keras", compile=False)
+    assert all(np.isfinite(w).all() for w in good.get_weights())
+
+
 class CrashAtEpochEnd(keras.callbacks.Callback):
     """Stands in for a kill at one point of an epoch's end: after the callbacks placed before it."""
 
@@ -146,11 +173,13 @@ def test_a_rerun_with_another_config_starts_afresh(tmp_path):
     train.train("fashion_mnist", str(tmp_path), epochs=2, **kw)
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "events.old").write_text("the other run's curves")
+    (tmp_path / ".worker-1" / "backup").mkdir(parents=True)  # a non-chief task's backup of the old run
     config = train.train("fashion_mnist", str(tmp_path), epochs=1, **kw)  # another config, same folder
     rows = (tmp_path / "history.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["0"] and config["epochs"] == 1 and config["completed"]
     assert config["crop_scale"] == list(train.RECIPES["quick"]["crop_scale"])  # every setting is recorded
     assert not (tmp_path / "logs").exists()  # TensorBoard would show the old run next to the new one
+    assert not (tmp_path / ".worker-1").exists()  # that worker would restore the old run's state
 
 
 def test_several_steps_per_execution_train_exactly_like_one(tmp_path):

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from .files import atomic_path
+
 
 def evaluate_arrays(model, images, labels, class_names, batch_size=256):
     """A dict with loss (cross-entropy of the logits), accuracy, per_class rows and the confusion matrix.
@@ -51,8 +53,6 @@ def format_report(result):
 
 def save_confusion_png(confusion, class_names, path, title="Confusion matrix"):
     """A labelled confusion-matrix heat map (rows: true class, columns: predicted), written atomically."""
-    import os
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,7 +72,6 @@ def save_confusion_png(confusion, class_names, path, title="Confusion matrix"):
             ax.text(j, i, str(confusion[i, j]), ha="center", va="center", fontsize=7,
                     color="white" if confusion[i, j] > limit else "black")
     fig.tight_layout()
-    tmp = f"{path}.tmp-{os.getpid()}.png"
-    fig.savefig(tmp)
+    with atomic_path(path) as temp:
+        fig.savefig(temp, format="png")
     plt.close(fig)
-    os.replace(tmp, path)

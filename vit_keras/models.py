@@ -243,6 +243,23 @@ def create_model(
     return model
 
 
+def load_model(path):
+    """A saved VisionTransformer (.keras, safe mode), with a clear error for a missing or foreign file."""
+    import os
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"`model` file {path!r} does not exist.")
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as error:  # Keras raises many types for a foreign file
+        raise ValueError(f"`model` file {path!r} is not a Keras model saved by vit_keras: {error}") from error
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"`model` file {path!r} holds a {type(model).__name__}, not a vit_keras VisionTransformer "
+                         "(vit_keras.create_model / VisionTransformer).")
+    return model
+
+
 def _named(name):
     def factory(**kwargs):
         return create_model(name, **kwargs)

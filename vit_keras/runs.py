@@ -14,6 +14,8 @@ import time
 import keras
 import numpy as np
 
+from .files import atomic_path, write_text
+
 
 class NonFiniteLoss(RuntimeError):
     """Raised when the loss turns NaN or Inf; the last good checkpoint is left in place."""
@@ -33,10 +35,19 @@ class StopOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
     def on_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not np.isfinite(loss):
-            kept = (f"the last good checkpoint is kept at {self.checkpoint_path}"
-                    if os.path.exists(self.checkpoint_path) else "no epoch had finished, so there is no checkpoint")
-            raise NonFiniteLoss(f"Loss became {loss} at epoch {self.epoch + 1}, batch {batch + 1}; stopping. "
-                                f"{kept.capitalize()}. Try a lower learning rate or --precision float32.")
+            self.stop(f"Loss became {loss} at epoch {self.epoch + 1}, batch {batch + 1}")
+
+    def on_epoch_end(self, epoch, logs=None):
+        # A loss is computed before its step's update, so the epoch's last update is checked on the
+        # weights themselves, before the checkpoint (a later callback) can save them.
+        if not all(np.isfinite(keras.ops.convert_to_numpy(w)).all() for w in self.model.trainable_weights):
+            self.stop(f"The weights became NaN or Inf in the last steps of epoch {epoch + 1}")
+
+    def stop(self, what):
+        kept = (f"the last good checkpoint is kept at {self.checkpoint_path}"
+                if os.path.exists(self.checkpoint_path) else "no epoch had finished, so there is no checkpoint")
+        raise NonFiniteLoss(f"{what}; stopping. {kept.capitalize()}. Try a lower learning "
+                            "rate or --precision float32 with a new --out: a changed config starts its folder afresh.")
 
 
 class Throughput(keras.callbacks.Callback):
@@ -69,7 +80,7 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
     callbacks = [
         StopOnNonFiniteLoss(checkpoint),
         Throughput(batch_size),
-        keras.callbacks.ModelCheckpoint(checkpoint, save_freq="epoch"),
+        AtomicCheckpoint(checkpoint),
         keras.callbacks.CSVLogger(os.path.join(work, "history.csv"), append=True),
     ]
     if tensorboard:
@@ -86,7 +97,8 @@ def clear_run(out_dir):
         path = os.path.join(out_dir, name)
         if os.path.exists(path):
             os.remove(path)
-    for name in ("backup", "logs"):
+    workers = [name for name in os.listdir(out_dir) if name.startswith(".worker-")]  # non-chief tasks' files
+    for name in ("backup", "logs", *workers):
         shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
 
 
@@ -107,20 +119,23 @@ def clean_history(path):
     write_text(path, "\n".join([header, *(rows[k] for k in sorted(rows))]) + "\n")
 
 
-def write_text(path, text):
-    """Atomic write: a temp file beside ``path`` then ``os.replace``."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_json(path, data):
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def save_model(model, path):
     """Atomic ``model.save``: Keras writes a temp ``.keras`` that then replaces ``path``."""
-    tmp = f"{path[:-len('.keras')]}.tmp-{os.getpid()}.keras"
-    model.save(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as temp:
+        model.save(temp)
+
+
+class AtomicCheckpoint(keras.callbacks.Callback):
+    """The model at each epoch's end, saved atomically: a kill during the save keeps the previous one.
+    (keras.callbacks.ModelCheckpoint writes the file in place.)"""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch, logs=None):
+        save_model(self.model, self.path)

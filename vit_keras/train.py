@@ -219,9 +219,9 @@ def check_weights(weights, model_name, overrides):
 def finetune_from(path, num_classes, image_size=None, drop_path=None):
     """A saved VisionTransformer, resized to ``image_size``, with a fresh head for ``num_classes`` and the
     given ``drop_path`` (None: the saved one)."""
-    from .models import VisionTransformer, resize_model
+    from .models import VisionTransformer, load_model, resize_model
 
-    model = keras.saving.load_model(path, compile=False)
+    model = load_model(path)
     if image_size is not None:
         model = resize_model(model, image_size)
     config = model.get_config()

@@ -17,9 +17,10 @@ inputs already in the model's range).
 """
 
 import os
-import tempfile
 
 import numpy as np
+
+from .files import atomic_path
 
 
 def _embedding(model):
@@ -248,19 +249,8 @@ def _figure(width, height):
 def _save(figure, path):
     """Write the figure as PNG atomically (temp file in the same folder, then rename)."""
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, temp = tempfile.mkstemp(suffix=".png", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            figure.savefig(stream, format="png", bbox_inches="tight")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes the file private; give it the usual permissions
-        os.replace(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
+    with atomic_path(path) as temp:
+        figure.savefig(temp, format="png", bbox_inches="tight")
     return path
 
 

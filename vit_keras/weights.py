@@ -22,13 +22,13 @@ Anything else is a ValueError that lists every mismatched, missing and unexpecte
 
 import logging
 import os
-import tempfile
 import warnings
 
 import numpy as np
 from keras import ops
 
 from . import stems
+from .files import atomic_path
 from .models import VisionTransformer, resize_position_embedding
 from .weights_fetch import resolve
 from .weights_google import POS, canonical_google, read_npz
@@ -132,15 +132,8 @@ def save_npz(model, path):
     """Write ``model``'s weights as an ``.npz`` in the original Google layout (atomically)."""
     path = os.fspath(path)
     arrays = model_arrays(model)
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temp = tempfile.mkstemp(prefix=".save-", suffix=".npz", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.remove(temp)
+    with atomic_path(path) as temp, open(temp, "wb") as f:
+        np.savez(f, **arrays)
     return path
 
 

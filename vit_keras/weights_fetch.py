@@ -12,10 +12,11 @@ import hashlib
 import http.client
 import os
 import re
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from .files import atomic_path
 
 CACHE_ENV = "VIT_KERAS_CACHE"
 CHUNK = 1 << 20
@@ -106,21 +107,15 @@ def check_sha256(path, expected, downloaded):
 
 def download(url, path, expected_sha256=None, timeout=60):
     """Fetch ``url`` into ``path`` atomically: temp file, length and sha256 checks, then rename."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=folder)
-    try:
+    with atomic_path(path) as temp:
         digest, received = hashlib.sha256(), 0
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response, os.fdopen(handle, "wb") as out:
-                handle = None
+            with urllib.request.urlopen(url, timeout=timeout) as response, open(temp, "wb") as out:
                 announced = response.headers.get("Content-Length")
                 for chunk in iter(lambda: response.read(CHUNK), b""):
                     out.write(chunk)
                     digest.update(chunk)
                     received += len(chunk)
-                out.flush()
-                os.fsync(out.fileno())
         except http.client.IncompleteRead as error:
             raise ValueError(f"Download of {url} is truncated ({error}); nothing was cached. Try again.") from error
         except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
@@ -139,9 +134,3 @@ def download(url, path, expected_sha256=None, timeout=60):
                 f"Downloaded file from {url} has sha256 {digest.hexdigest()}, expected {expected_sha256}. "
                 "The download is corrupt or the file changed upstream; nothing was cached."
             )
-        os.replace(temp, path)
-    finally:
-        if handle is not None:
-            os.close(handle)
-        if os.path.exists(temp):
-            os.remove(temp)

@@ -24,20 +24,6 @@ def read_labels(model_path, labels_path=None):
         return [line.strip() for line in f if line.strip()]
 
 
-def load_vit(path):
-    """A saved VisionTransformer, with a clear error for anything else."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"model file not found: {path}")
-    import keras
-
-    import vit_keras
-
-    model = keras.saving.load_model(path)
-    if not isinstance(model, vit_keras.VisionTransformer):
-        raise ValueError(f"{path} is not a vit_keras VisionTransformer (got {type(model).__name__}).")
-    return model
-
-
 def run(args):
     if not 0.0 <= args.alpha <= 1.0:
         raise ValueError(f"--alpha must be in [0, 1]; got {args.alpha}.")
@@ -47,8 +33,9 @@ def run(args):
     import numpy as np
 
     from vit_keras import visualize
+    from vit_keras.models import load_model
 
-    model = load_vit(args.model)
+    model = load_model(args.model)
     labels = read_labels(args.model, args.labels)
     images = np.stack([visualize.load_image(path, model) for path in args.images])
     heatmaps = visualize.attention_heatmap(model, images)

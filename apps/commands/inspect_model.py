@@ -44,10 +44,11 @@ def run(args):
         raise ValueError(f"--limit must be >= 1; got {args.limit}.")
     if args.components < 1:
         raise ValueError(f"--components must be >= 1; got {args.components}.")
-    from apps.commands.explain import load_vit
     from vit_keras import visualize
+    from vit_keras.files import write_text
+    from vit_keras.models import load_model
 
-    model = load_vit(args.model)
+    model = load_model(args.model)
     os.makedirs(args.out, exist_ok=True)
     summary = {}
     images = sample_images(args, model)
@@ -70,8 +71,5 @@ def run(args):
         print(f"{len(components)} principal components of the patch-embedding filters -> {path}")
     else:
         print("embedding_filters.png skipped: the embedding takes 1x1 patches of a stem's feature map, not pixels")
-    temp = os.path.join(args.out, "inspect.json.tmp")
-    with open(temp, "w") as f:
-        json.dump(summary, f, indent=1)
-    os.replace(temp, os.path.join(args.out, "inspect.json"))
+    write_text(os.path.join(args.out, "inspect.json"), json.dumps(summary, indent=1))
     return 0

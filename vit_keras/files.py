@@ -1,0 +1,45 @@
+"""Atomic file writes: a reader, or a rerun after a kill, sees the old file or the new one, never part of one."""
+
+import contextlib
+import os
+import tempfile
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """A temp path beside ``path``, with its suffix (writers that pick a format by name still work).
+
+    When the block succeeds the temp file is synced and replaces ``path`` with the usual permissions
+    (mkstemp makes it private); on any error it is removed and ``path`` is left as it was.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=folder)
+    os.close(handle)
+    try:
+        yield temp
+        with open(temp, "rb") as written:
+            os.fsync(written.fileno())
+        os.chmod(temp, 0o666 & ~_umask())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temp)
+        raise
+
+
+def write_bytes(path, data):
+    with atomic_path(path) as temp, open(temp, "wb") as f:
+        f.write(data)
+
+
+def write_text(path, text):
+    with atomic_path(path) as temp, open(temp, "w") as f:
+        f.write(text)
