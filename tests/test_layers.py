@@ -128,6 +128,20 @@ def test_query_tokens_compute_the_leading_tokens_of_the_full_block():
     np.testing.assert_allclose(ops.convert_to_numpy(out), expected[:, :1], atol=1e-5)
     with pytest.raises(ValueError, match="query_tokens"):
         TransformerBlock(num_heads=4, mlp_dim=32, query_tokens=0)
+    more = TransformerBlock(num_heads=4, mlp_dim=32, query_tokens=8)  # more than T: all T tokens
+    more.build(z.shape)
+    more.set_weights(full.get_weights())
+    np.testing.assert_allclose(ops.convert_to_numpy(more(z)), expected, atol=1e-5)
+
+
+def test_symbolic_calls_return_what_eager_calls_return():
+    """A functional model can read the attention maps: the symbolic outputs follow the call arguments."""
+    x = keras.Input((6, 16))
+    y, weights = TransformerBlock(num_heads=4, mlp_dim=32)(x, return_attention_scores=True)
+    assert (tuple(y.shape), tuple(weights.shape)) == ((None, 6, 16), (None, 4, 6, 6))
+    assert tuple(MultiHeadSelfAttention(4)(x, query_tokens=2).shape) == (None, 2, 16)
+    maps = keras.Model(x, weights)(np.zeros((3, 6, 16), "float32"))
+    assert tuple(maps.shape) == (3, 4, 6, 6)
 
 
 def test_heads_must_divide_hidden_size():

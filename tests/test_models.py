@@ -178,6 +178,10 @@ def test_resize_model_keeps_predictions_at_the_same_size_and_runs_at_a_new_one()
     (dict(stem="vgg"), r"Unknown `stem`='vgg'"),
     (dict(stem="conv", patch_size=6, image_size=36), r"`stem`='conv' needs a power-of-two `patch_size`"),
     (dict(num_layers=0), r"`num_layers` must be a positive int"),
+    (dict(num_heads=0), r"`num_heads` must be a positive int"),
+    (dict(stem="conv", patch_size=(8, 4)), r"`patch_size` must be square"),
+    (dict(stem="r26", patch_size=16, image_size=64), r"'r26' downsamples by 32 .* `patch_size` must be 32"),
+    (dict(stem="r26", patch_size=32, image_size=48), r"not divisible by the 'r26' stem's stride 32"),
 ])
 def test_invalid_configs_raise_at_build_time(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -36,12 +36,14 @@ def check_choice(value, name, choices):
         raise ValueError(f"Unknown `{name}`={value!r}; valid values are {', '.join(map(repr, choices))}.")
 
 
-def check_divisible(size, patch_size, what="image_size"):
+def check_divisible(size, patch_size, what="image_size", by=None):
+    """The (rows, columns) grid of ``size`` cut into ``patch_size`` cells, or an error naming ``by`` (default:
+    `patch_size`) and the nearest valid size."""
     (h, w), (ph, pw) = pair(size, what), pair(patch_size, "patch_size")
     if h % ph or w % pw:
         raise ValueError(
-            f"`{what}`={(h, w)} is not divisible by `patch_size`={(ph, pw)}; "
-            f"use a size that is a multiple of the patch size, e.g. {(h // ph * ph or ph, w // pw * pw or pw)}."
+            f"`{what}`={(h, w)} is not divisible by {by or f'`patch_size`={(ph, pw)}'}; "
+            f"use a multiple of it, e.g. {(h // ph * ph or ph, w // pw * pw or pw)}."
         )
     return h // ph, w // pw
 
@@ -62,8 +64,9 @@ class Patches(keras.layers.Layer):
     def build(self, input_shape):
         if len(input_shape) != 4:
             raise ValueError(f"Patches expects images (batch, height, width, channels); got shape {input_shape}.")
-        if input_shape[1] is not None and input_shape[2] is not None:
-            check_divisible(input_shape[1:3], self.patch_size)
+        if input_shape[1] is None or input_shape[2] is None:
+            raise ValueError(f"Patches needs a known image height and width (the grid is fixed); got {input_shape}.")
+        check_divisible(input_shape[1:3], self.patch_size)
 
     def call(self, images):
         ph, pw = self.patch_size
@@ -273,7 +276,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         The attention weights, when asked for, are always the full (B, heads, T, T).
         """
         t, d = x.shape[1], x.shape[2]
-        tq = query_tokens or t
+        tq = query_count(t, query_tokens)
         qkv = ops.reshape(self.qkv(x), (-1, t, 3, self.num_heads, self.head_dim))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         use_explicit = return_attention_scores or (training and self.attention_dropout > 0)
@@ -291,6 +294,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, query_tokens=None):
+        return attention_output_spec(self, x, return_attention_scores, query_tokens)
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -298,6 +304,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "attention_dropout": self.attention_dropout,
             "dropout": self.dropout,
         }
+
+
+def query_count(tokens, query_tokens):
+    """How many tokens attention answers for: the first ``query_tokens`` (capped at T), or all T."""
+    if not query_tokens:
+        return tokens
+    return query_tokens if tokens is None else min(query_tokens, tokens)
+
+
+def attention_output_spec(layer, x, return_attention_scores, query_tokens):
+    """(B, T', D) in the layer's compute dtype, with the (B, heads, T, T) weights when they are returned:
+    Keras builds symbolic outputs from this, so a functional model can read attention maps."""
+    b, t, d = x.shape
+    y = keras.KerasTensor((b, query_count(t, query_tokens), d), dtype=layer.compute_dtype)
+    if not return_attention_scores:
+        return y
+    return y, keras.KerasTensor((b, layer.num_heads, t, t), dtype=layer.compute_dtype)
 
 
 @register
@@ -371,9 +394,10 @@ class TransformerBlock(keras.layers.Layer):
         return (z, weights) if return_attention_scores else z
 
     def compute_output_shape(self, input_shape):
-        if self.query_tokens and input_shape[1] is not None:
-            return (input_shape[0], min(self.query_tokens, input_shape[1]), input_shape[2])
-        return input_shape
+        return (input_shape[0], query_count(input_shape[1], self.query_tokens), input_shape[2])
+
+    def compute_output_spec(self, z, training=None, return_attention_scores=False):
+        return attention_output_spec(self, z, return_attention_scores, self.query_tokens)
 
     def get_config(self):
         return {

@@ -101,11 +101,12 @@ class VisionTransformer(keras.Model):
         check_choice(position_embedding, "position_embedding", POSITION_EMBEDDINGS)
         check_choice(stem, "stem", STEMS)
         image_size = pair(image_size, "image_size")
-        if hidden_size % num_heads:
-            raise ValueError(f"`hidden_size`={hidden_size} must be divisible by `num_heads`={num_heads}.")
-        for key, value in dict(num_layers=num_layers, mlp_dim=mlp_dim, channels=channels).items():
+        for key, value in dict(hidden_size=hidden_size, num_heads=num_heads, num_layers=num_layers, mlp_dim=mlp_dim,
+                               channels=channels, representation_size=representation_size or 1).items():
             if int(value) < 1:
                 raise ValueError(f"`{key}` must be a positive int; got {value}.")
+        if hidden_size % num_heads:
+            raise ValueError(f"`hidden_size`={hidden_size} must be divisible by `num_heads`={num_heads}.")
         if include_top and int(num_classes) < 1:
             raise ValueError(f"`num_classes` must be >= 1 with include_top=True; got {num_classes}.")
         if class_token is None:
@@ -125,15 +126,23 @@ class VisionTransformer(keras.Model):
         if include_preprocessing:
             x = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="preprocessing")(x)
         stem_stride = 1
-        if stem in stems.RESNET_DEPTHS:
-            stem_layer = stems.ResNetV2Stem(stems.RESNET_DEPTHS[stem], name="stem")
-        elif stem == "conv":
-            stem_layer = stems.ConvStem(patch_size, hidden_size, name="stem")
         if stem is not None:
+            patch = pair(patch_size, "patch_size")
+            if patch[0] != patch[1]:
+                raise ValueError(f"`stem`={stem!r} downsamples both sides alike: `patch_size` must be square; "
+                                 f"got {patch_size}.")
+            if stem == "conv":
+                stem_layer = stems.ConvStem(patch[0], hidden_size, name="stem")
+            else:
+                stem_layer = stems.ResNetV2Stem(stems.RESNET_DEPTHS[stem], name="stem")
+                if patch[0] != stem_layer.stride:
+                    raise ValueError(f"`stem`={stem!r} downsamples by {stem_layer.stride} and the encoder takes 1x1 "
+                                     f"patches of its feature map, so `patch_size` must be {stem_layer.stride}; "
+                                     f"got {patch_size}.")
             stem_stride = stem_layer.stride
-            check_divisible(image_size, stem_stride)
+            check_divisible(image_size, stem_stride, by=f"the {stem!r} stem's stride {stem_stride}")
             x = stem_layer(x)
-        encoder_patch = 1 if stem in stems.RESNET_DEPTHS or stem == "conv" else patch_size
+        encoder_patch = 1 if stem else patch_size
         grid = check_divisible((image_size[0] // stem_stride, image_size[1] // stem_stride), encoder_patch,
                                what="image_size" if stem is None else "feature map size")
         x = PatchEncoder(encoder_patch, hidden_size, grid, class_token=class_token,
@@ -182,6 +191,8 @@ class VisionTransformer(keras.Model):
         """Every block's attention weights for ``images``: a list of L arrays (B, heads, T, T)."""
         per_layer = []
         images = np.asarray(images, dtype="float32")
+        if images.ndim != 4 or not len(images):
+            raise ValueError(f"`images` must be a non-empty batch (B, H, W, C); got shape {images.shape}.")
         for start in range(0, len(images), batch_size):
             x = ops.convert_to_tensor(images[start:start + batch_size])
             for layer in self.layers[1:]:
