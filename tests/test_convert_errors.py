@@ -84,6 +84,10 @@ def test_quantization_mode_rejected(vit_file, tmp_path, capsys):
             tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize=mode)
     assert cli.main(["export", str(vit_file), "--quantize", "int4", "--out", str(tmp_path / "m.tflite")]) == 2
     assert "valid values are" in capsys.readouterr().err
+    assert cli.main(["export", str(vit_file), "--out", str(tmp_path / "m.tflite")]) == 2  # int8, no calibration
+    assert "needs --calibration" in capsys.readouterr().err
+    assert cli.main(["verify", "m.tflite", "--against", str(vit_file), "--data", "fashion_mnist", "--runs", "0"]) == 2
+    assert "--runs must be a positive integer" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
 
 

@@ -370,6 +370,15 @@ def test_cli_bad_input_gives_clean_errors(argv, message, capsys, tmp_path):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("--lr", "0", "--lr must be > 0"), ("--warmup-epochs", "-1", "--warmup-epochs must be >= 0"),
+    ("--label-smoothing", "1", "--label-smoothing must be >= 0 and < 1"), ("--drop-path", "-0.1", "--drop-path"),
+])
+def test_cli_rejects_bad_hyper_parameters_before_loading(flag, value, message, capsys, tmp_path):
+    assert cli.main(["train", "--out", str(tmp_path / "o"), flag, value]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
 def test_cli_one_class_folder_and_bad_image_size(capsys, tmp_path):
     from PIL import Image
 

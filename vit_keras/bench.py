@@ -106,6 +106,10 @@ def timm_throughput(python, names, batch, image_size, repeats):
 
 
 def main(names=DEFAULT_MODELS, batch=16, image_size=224, repeats=5, timm_python=None):
+    unsupported = [name for name in names if MODELS.get(name, (None, None, "unknown"))[2]]
+    if unsupported:  # before minutes of timing: the %-of-peak column counts plain ViTs' matmuls only
+        plain = ", ".join(name for name, (_, _, stem) in MODELS.items() if not stem)
+        raise ValueError(f"`models` {unsupported} are not plain ViT names; bench measures {plain}.")
     # the best of two GEMM sizes, alone and two at a time: one run swings by 20% on a small shared CPU
     peak = max(matmul_peak_gflops(size, repeats, concurrent) for size, repeats in ((1024, 20), (2048, 5))
                for concurrent in (1, 2))

@@ -50,23 +50,33 @@ class StopOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
                             "rate or --precision float32 with a new --out: a changed config starts its folder afresh.")
 
 
+def clocks():
+    """(wall seconds, CPU seconds of this process)."""
+    return time.perf_counter(), sum(os.times()[:2])
+
+
 class Throughput(keras.callbacks.Callback):
-    """Images per second of each epoch (training steps, wall clock) as ``img_per_s``, and its CPU seconds."""
+    """Training images per second of each epoch (wall clock, validation excluded) as ``img_per_s``, and the
+    CPU seconds of its training steps as ``cpu_s`` (robust to a shared CPU)."""
 
     def __init__(self, batch_size):
         super().__init__()
         self.batch_size = batch_size
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.start, self.steps, self.cpu = time.perf_counter(), 0, sum(os.times()[:2])
+        self.start, self.steps, self.train_end = clocks(), 0, None
 
     def on_train_batch_end(self, batch, logs=None):
         self.steps = batch + 1
 
+    def on_test_begin(self, logs=None):  # the epoch's validation starts: its training steps are done
+        self.train_end = self.train_end or clocks()
+
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None and self.steps:
-            logs["img_per_s"] = self.steps * self.batch_size / (time.perf_counter() - self.start)
-            logs["cpu_s"] = sum(os.times()[:2]) - self.cpu  # CPU seconds of the epoch: robust to a shared CPU
+            (wall, cpu), (wall0, cpu0) = self.train_end or clocks(), self.start
+            logs["img_per_s"] = self.steps * self.batch_size / (wall - wall0)
+            logs["cpu_s"] = cpu - cpu0
 
 
 def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tensorboard=True):

@@ -272,6 +272,10 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
                            micro_batches=micro_batches).items():
         if int(value) < 1:
             raise ValueError(f"`{key}` must be a positive int; got {value}.")
+    if hp["warmup_epochs"] < 0:
+        raise ValueError(f"`warmup_epochs` must be >= 0; got {hp['warmup_epochs']}.")
+    if learning_rate is not None and not learning_rate > 0:
+        raise ValueError(f"`learning_rate` must be > 0; got {learning_rate}.")
     hp["learning_rate"] = learning_rate or scaled_learning_rate(defaults["base_lr"], hp["batch_size"])
 
     train_data = load_dataset(data, "train", limit=limit, seed=seed, data_dir=data_dir, val_fraction=val_fraction)

@@ -23,6 +23,11 @@ def add_arguments(parser):
 def run(args):
     if args.quantize not in QUANTIZATIONS:  # before the slow imports
         raise ValueError(f"Unknown --quantize {args.quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
+    if args.quantize == "int8" and not args.calibration:
+        raise ValueError("--quantize int8 (the default) needs --calibration DATA: the training data spec "
+                         "(fashion_mnist, tfds:NAME or folder:PATH). Float modes need none.")
+    if args.calibration_size < 1:
+        raise ValueError(f"--calibration-size must be a positive integer; got {args.calibration_size}.")
     from convert.export import export_tflite
 
     summary = export_tflite(

@@ -14,9 +14,18 @@ def add_arguments(parser):
 
 
 def run(args):
+    try:
+        threads = tuple(int(t) for t in args.threads.split(","))
+    except ValueError:
+        threads = ()
+    if not threads or min(threads) < 1:
+        raise ValueError(f"--threads must be positive integers separated by commas, e.g. 1,2; got {args.threads!r}.")
+    for name in ("runs", "limit"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be a positive integer; got {value}.")
     from convert.verify import verify_files
 
-    threads = tuple(int(t) for t in args.threads.split(","))
     print(verify_files(args.tflite, args.against, args.data, split=args.split, limit=args.limit,
                        runs=args.runs, threads=threads))
     return 0
