@@ -67,7 +67,7 @@ def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fra
     elif spec.startswith("tfds:"):
         data = _tfds(spec[5:], split, data_dir)
     elif spec.startswith("folder:"):
-        data = _folder(spec[7:], split, seed, val_fraction, image_size)
+        data = _folder(spec[7:], split, seed, val_fraction, image_size, limit)
     else:
         raise ValueError(f"Unknown dataset {spec!r}; valid values are 'fashion_mnist', 'tfds:NAME', 'folder:PATH'.")
     if limit is not None:
@@ -235,12 +235,14 @@ def split_indices(n, seed, val_fraction):
     return order[n_val:], order[:n_val]
 
 
-def _folder(path, split, seed, val_fraction, image_size):
+def _folder(path, split, seed, val_fraction, image_size, limit=None):
     files, labels, class_names = list_folder(path)
     train, val = split_indices(len(files), seed, val_fraction)
     chosen = train if split == "train" else val
     images, kept, skipped = [], [], []
     for i in chosen:
+        if limit is not None and len(images) == int(limit):  # e.g. 300 calibration images of a big folder
+            break
         try:
             images.append(decode_image(files[i]))
             kept.append(labels[i])
