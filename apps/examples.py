@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+# The same folder and override as vit_keras.data, which this TensorFlow-free module does not import.
+FASHION_DIR = Path(os.environ.get("VIT_KERAS_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
