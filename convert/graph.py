@@ -25,7 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vit_keras.layers import TransformerBlock
+from vit_keras.layers import PatchEncoder, TransformerBlock
 from vit_keras.models import VisionTransformer
 from vit_keras.stems import ResNetV2Stem
 
@@ -152,11 +152,28 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None):
 
 
 def token_slice(x, start, count=None):
-    """Tokens ``start:start + count`` of (B, T, D) ``x`` as one SLICE with static sizes where the shape is known:
-    XNNPACK does not take a SLICE whose size is -1, which would leave it to the reference kernels."""
+    """Tokens ``start:start + count`` of (B, T, D) ``x``, in a form XNNPACK takes: a SLICE with static sizes,
+    or under a dynamic batch a STRIDED_SLICE that masks the batch axis (XNNPACK rejects a SLICE of size -1)."""
     batch, length, width = x.shape
     count = length - start if count is None else count
-    return tf.slice(x, [0, start, 0], [-1 if batch is None else batch, count, width])
+    if batch is None:
+        return x[:, start:start + count, :]
+    return tf.slice(x, [0, start, 0], [batch, count, width])
+
+
+def patch_embedding(layer, x):
+    """Eq. 1, z0 = [x_class; x_p E] + E_pos, as CONV_2D, RESHAPE, PAD and one ADD: the class token is folded
+    into the position table's first row, so no op depends on the batch size (no SHAPE / BROADCAST_TO)."""
+    x = tf.nn.bias_add(tf.nn.conv2d(x, numpy(layer.kernel), strides=layer.patch_size, padding="VALID"),
+                       numpy(layer.bias))
+    x = tf.reshape(x, (-1, layer.num_patches, layer.hidden_size))
+    with tf.init_scope():
+        table = layer.position_table()
+    table = np.zeros((1, layer.num_tokens, layer.hidden_size), "float32") if table is None else numpy(table)
+    if layer.class_token:
+        x = tf.pad(x, [[0, 0], [1, 0], [0, 0]])
+        table = np.concatenate([table[:, :1] + numpy(layer.cls), table[:, 1:]], axis=1)
+    return tf.add(x, table, name="embedding")
 
 
 def split_even(y, parts):
@@ -242,6 +259,8 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None):
             continue  # done above, or by the runtime from the normalization metadata
         if isinstance(layer, ResNetV2Stem):
             x = resnet_stem(layer, x)
+        elif isinstance(layer, PatchEncoder):
+            x = patch_embedding(layer, x)
         elif isinstance(layer, TransformerBlock):
             attn = layer.attn
             scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None

@@ -147,6 +147,9 @@ def test_dynamic_batch(vit_file, tmp_path):
     interpreter.invoke()
     scores = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     assert scores.shape == (4, 10) and np.allclose(scores.sum(-1), 1.0, atol=1e-5)
+    from convert.verify import delegation_report
+
+    assert not delegation_report(out)["fallback"]  # the class token and readout take no batch-sized op
 
 
 def test_calibration_size_is_honoured(vit_file, tmp_path, monkeypatch):
