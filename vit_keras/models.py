@@ -11,6 +11,7 @@ its config, so it saves to ``.keras`` and reloads with ``safe_mode=True``.
 """
 
 import copy
+import os
 
 import keras
 import numpy as np
@@ -256,8 +257,6 @@ def create_model(
 
 def load_model(path):
     """A saved VisionTransformer (.keras, safe mode), with a clear error for a missing or foreign file."""
-    import os
-
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"`model` file {path!r} does not exist.")

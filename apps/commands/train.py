@@ -64,13 +64,13 @@ def check_args(args):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer; got {value}.")
-    for name, low, high in (("lr", 0.0, None), ("warmup_epochs", 0.0, None), ("weight_decay", 0.0, None),
-                            ("label_smoothing", 0.0, 1.0), ("drop_path", 0.0, 1.0), ("mixup", 0.0, None),
-                            ("cutmix", 0.0, None)):
+    for name, valid, bounds in (("lr", lambda v: v > 0, "> 0"), ("warmup_epochs", lambda v: v >= 0, ">= 0"),
+                                ("weight_decay", lambda v: v >= 0, ">= 0"), ("mixup", lambda v: v >= 0, ">= 0"),
+                                ("cutmix", lambda v: v >= 0, ">= 0"),
+                                ("label_smoothing", lambda v: 0 <= v < 1, ">= 0 and < 1"),
+                                ("drop_path", lambda v: 0 <= v < 1, ">= 0 and < 1")):
         value = getattr(args, name)
-        positive = name == "lr"
-        if value is not None and (value < low or (positive and value == 0) or (high is not None and value >= high)):
-            bounds = "> 0" if positive else f">= {low:g}" + (f" and < {high:g}" if high is not None else "")
+        if value is not None and not valid(value):
             raise ValueError(f"--{name.replace('_', '-')} must be {bounds}; got {value}.")
     if args.crop_scale is not None and not 0 < args.crop_scale <= 1:
         raise ValueError(f"--crop-scale must be in (0, 1]; got {args.crop_scale}.")
