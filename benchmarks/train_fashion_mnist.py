@@ -3,6 +3,7 @@
   python benchmarks/train_fashion_mnist.py --recipe quick          # the default recipe: target >= 92% in <= 10 min
   python benchmarks/train_fashion_mnist.py --recipe long           # target >= 95% in <= 60 min
   python benchmarks/train_fashion_mnist.py --vit-ti                # ViT-Ti/16 at 224, batch 32: training img/s
+  python benchmarks/train_fashion_mnist.py --step-rate             # the quick recipe's step in GFLOP/s vs GEMM rates
   python benchmarks/train_fashion_mnist.py --vit-ti --micro-batches 1   # the same as one XLA program per step
   /work/.venv-ref/bin/python benchmarks/timm_train_throughput.py   # timm's figure on the same machine
 
@@ -88,6 +89,47 @@ def vit_ti_throughput(args):
                           loadavg_before=load_before, loadavg_after=os.getloadavg(), cores=os.cpu_count())))
 
 
+def quick_step_rate(args):
+    """The quick recipe's training step (its model, batch, XLA micro-batches) in img/s and GFLOP/s, beside the
+    rate of one big GEMM and of a GEMM the shape of its qkv projection: how much faster kernels could make it."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from vit_keras import train
+    from vit_keras.bench import matmul_peak_gflops, timed
+    from vit_keras.microbatch import enable_micro_batches
+
+    recipe = train.RECIPES["quick"]
+    batch, micro = recipe["batch_size"], 2
+    model = train.build_model(10, 1, (28, 28))
+    train.compile_model(model, train.WarmupCosine(4e-3, 10_000, 10), jit_compile=False, steps_per_execution=8)
+    enable_micro_batches(model, micro)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (batch * 8, 28, 28, 1)).astype("float32")
+    y = keras.utils.to_categorical(rng.integers(0, 10, batch * 8), 10)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat().prefetch(4)
+    steps = args.steps * 8
+    seconds = timed(lambda: model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0), warmup=1, repeats=3)
+    img_per_s = steps * batch / seconds
+
+    cfg = recipe["model"]
+    d, m, layers = cfg["hidden_size"], cfg["mlp_dim"], cfg["num_layers"]
+    t = (28 // 4) ** 2  # GAP pooling: no class token, every block attends over all 49 tokens
+    stem = 2 * (14 * 14 * 9 * 1 * 16 + t * 9 * 16 * 32 + t * 32 * d)  # two 3x3 stride-2 convs, 1x1 projection
+    block = 2 * t * d * 3 * d + 2 * 2 * t * t * d + 2 * t * d * d + 2 * 2 * t * d * m
+    train_flops = 3 * (stem + layers * block)  # backward ~ twice forward
+    qkv = tf.random.normal((batch * t, d)), tf.random.normal((d, 3 * d))
+    qkv_step = tf.function(lambda: tf.reduce_sum(tf.matmul(*qkv)))
+    qkv_gflops = 2 * batch * t * d * 3 * d / timed(lambda: [qkv_step() for _ in range(50)][-1].numpy()) * 50 / 1e9
+    peak = max(matmul_peak_gflops(2048, 5, concurrent) for concurrent in (1, 2))
+    print(json.dumps(dict(params=model.count_params(), batch_size=batch, micro_batches=micro,
+                          img_per_s=round(img_per_s), train_mflop_per_img=round(train_flops / 1e6, 1),
+                          step_gflops=round(img_per_s * train_flops / 1e9, 1),
+                          gemm_2048_gflops=round(peak, 1), gemm_qkv_shape_gflops=round(qkv_gflops, 1),
+                          loadavg=os.getloadavg(), cores=os.cpu_count())))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", choices=("quick", "long"), default="quick")
@@ -97,11 +139,17 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=None)
     parser.add_argument("--no-jit", action="store_true")
     parser.add_argument("--vit-ti", action="store_true", help="ViT-Ti/16 training throughput instead")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps for --vit-ti")
+    parser.add_argument("--step-rate", action="store_true", help="the quick recipe's step rate against GEMM rates")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps for --vit-ti (x8 for --step-rate)")
     parser.add_argument("--micro-batches", type=int, default=4,
                         help="--vit-ti: concurrent micro-batches per step (vit_keras.microbatch); 1: one XLA step")
     args = parser.parse_args()
     from apps.allocator import reexec_with_tcmalloc
 
     reexec_with_tcmalloc()  # as the `vit-keras` CLI runs (VIT_KERAS_TCMALLOC=0 measures without)
-    vit_ti_throughput(args) if args.vit_ti else train_recipe(args)
+    if args.vit_ti:
+        vit_ti_throughput(args)
+    elif args.step_rate:
+        quick_step_rate(args)
+    else:
+        train_recipe(args)

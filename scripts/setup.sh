@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(dataset-fashion-mnist chromium libtcmalloc-minimal4)
+# Debian's own python3 makes virtual environments only with python3-venv (it brings ensurepip).
+python3 -c "import ensurepip" 2>/dev/null || APT_PACKAGES+=(python3-venv)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

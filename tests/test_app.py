@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from app_models import QUANTIZATIONS, bad_inputs, fashion, mode_variants, shared_models
-from apps.cli import main
+from apps.cli import COMMANDS, main
 from apps.examples import bundled_examples, foolbox_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,3 +203,14 @@ def test_thread_count_probe(models, test_images, runtime):
     a, b = chosen.classify(path), fixed.classify(path)
     assert [label for label, _ in a.top] == [label for label, _ in b.top]
     np.testing.assert_allclose([s for _, s in a.top], [s for _, s in b.top], atol=1e-6)
+
+
+def test_every_help_page_renders(capsys):
+    # argparse formats help text with %, so a stray "%" in one command's help broke `vit-keras --help`.
+    assert main([]) == 2
+    assert "COMMAND" in capsys.readouterr().out
+    for command in ["", *COMMANDS]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"] if command else ["--help"])
+        assert exit_info.value.code == 0
+        assert "usage: vit-keras" in capsys.readouterr().out

@@ -56,10 +56,10 @@ PRE_LOGITS = dict(image_size=32, patch_size=8, hidden_size=64, num_heads=4, mlp_
 def test_google_original_layout_with_pre_logits_matches_timm(tmp_path):
     model = build(weights=fixture("google_vit_pre_logits.npz"), **PRE_LOGITS)
     check_logits(model, "google_vit_pre_logits", 32)
-    # round trip: npz -> Keras -> npz gives back the very same arrays
+    # round trip: npz -> Keras -> npz gives back the very same arrays, plus the grid record
     saved = weights.save_npz(model, tmp_path / "again.npz")
     with np.load(fixture("google_vit_pre_logits.npz")) as a, np.load(saved) as b:
-        assert sorted(a.files) == sorted(b.files)
+        assert sorted(b.files) == sorted([*a.files, weights.GRID]) and list(b[weights.GRID]) == [4, 4]
         for name in a.files:
             assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
 
@@ -73,7 +73,7 @@ def test_augreg_layout_at_its_own_and_other_resolutions(size, tmp_path):
     if size == 64:
         saved = weights.save_npz(model, tmp_path / "again.npz")
         with np.load(fixture("google_augreg.npz")) as a, np.load(saved) as b:
-            assert sorted(a.files) == sorted(b.files)
+            assert sorted(b.files) == sorted([*a.files, weights.GRID])
             assert all(np.array_equal(a[n], b[n]) for n in a.files)
 
 
@@ -221,8 +221,71 @@ def test_save_then_load_round_trips_every_option(options, tmp_path):
     assert np.array_equal(np.asarray(source(x)), np.asarray(copy(x)))
     again = weights.model_arrays(copy)
     with np.load(path) as saved:
-        assert sorted(saved.files) == sorted(again) and all(np.array_equal(saved[k], again[k]) for k in again)
+        assert sorted(saved.files) == sorted([*again, weights.GRID])
+        assert all(np.array_equal(saved[k], again[k]) for k in again)
 
+
+TINY = dict(patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, num_classes=3)
+
+
+@pytest.mark.parametrize("position_embedding", ["learned", "learned_2d"])
+def test_saved_grid_is_resampled_even_where_the_token_counts_agree(position_embedding, tmp_path):
+    """A 16:9-like grid's table (3x5 here) says nothing of its shape: save_npz records the grid, so loading at
+    another size resamples exactly as resize_model does, and a 2x8 file into a 4x4 model (16 tokens each)."""
+    for old, new in [((24, 40), (32, 32)), ((16, 64), (32, 32))]:
+        source = build(image_size=old, position_embedding=position_embedding, **TINY)
+        path = weights.save_npz(source, tmp_path / "m.npz")
+        loaded = build(image_size=new, position_embedding=position_embedding, weights=str(path), **TINY)
+        resized = vit_keras.resize_model(source, new)
+        for a, b in zip(loaded.get_layer("embedding").weights, resized.get_layer("embedding").weights):
+            assert np.allclose(np.asarray(a), np.asarray(b), atol=1e-6), (old, new, a.path)
+
+
+def test_timm_table_without_class_row_and_rectangular_grids(tmp_path):
+    """timm's tables: a class row on a 3x5 grid (16 rows, a square count) is not mistaken for a row-less 4x4
+    table; a row-less table (no_embed_class) gets a zero class row, at the same grid or resampled."""
+    import safetensors.numpy
+
+    state = safetensors.numpy.load_file(fixture("timm_vit.safetensors"))
+    config = dict(patch_size=16, hidden_size=64, num_heads=2, mlp_dim=128, num_layers=2, num_classes=6)
+    table = np.random.default_rng(0).normal(size=(1, 16, 64)).astype(np.float32)
+    for rows, size, want in [(table, (48, 80), table),                                # class row + 3x5
+                             (table[:, 1:], (48, 80), None),                         # 3x5, no class row
+                             (table[:, 1:10], (48, 48), None),                       # 3x3, no class row
+                             (table[:, 1:10], (64, 64), None)]:                      # 3x3 -> 4x4
+        path = tmp_path / "timm.safetensors"
+        safetensors.numpy.save_file({**state, "pos_embed": rows}, str(path))
+        got = np.asarray(build(image_size=size, weights=str(path), **config).get_layer("embedding").pos_embedding)
+        if want is None:  # a zero class row, then the grid resampled where the model's differs
+            old, new = (3, 5) if rows.shape[1] == 15 else (3, 3), (size[0] // 16, size[1] // 16)
+            with_row = np.concatenate([np.zeros_like(rows[:, :1]), rows], axis=1)
+            want = with_row if old == new else vit_keras.models.resize_position_embedding(with_row, new, old, 1)
+        assert np.allclose(got, want, atol=1e-6), (rows.shape, size)
+
+
+def test_pytorch_zip_checkpoint_gets_the_safetensors_advice(tmp_path):
+    import zipfile
+
+    for name in ("model.pth", "pytorch_model.zip"):
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        with pytest.raises(ValueError, match="save the state dict with safetensors"):
+            weights.load_weights(build(image_size=32, **TINY), str(path))
+
+
+def test_original_layout_under_params_keeps_its_class_row(tmp_path):
+    with np.load(fixture("google_augreg.npz")) as data:
+        arrays = {"params/" + k: data[k] for k in data.files}
+    np.savez(tmp_path / "params.npz", **arrays)
+    got = weights.read_checkpoint(str(tmp_path / "params.npz"), num_heads=3)
+    want = weights.read_checkpoint(fixture("google_augreg.npz"), num_heads=3)
+    assert got[weights.POS].shape == want[weights.POS].shape and np.array_equal(got[weights.POS], want[weights.POS])
+
+
+def test_class_token_checkpoint_into_gap_model_hints(tmp_path):
+    with pytest.raises(ValueError, match="use class_token=True"):
+        build(pooling="gap", weights=fixture("google_augreg.npz"), **AUGREG)
 
 def test_grey_model_sums_rgb_patch_kernel():
     rgb = build(weights=fixture("google_augreg.npz"), **AUGREG)
@@ -339,6 +402,9 @@ def test_truncated_download_and_offline_errors(server, tmp_path):
         weights.load_weights(build(**AUGREG), url, cache_dir=tmp_path)
     target = os.path.join(str(tmp_path), f"127.0.0.1_{server.url.rsplit(':', 1)[1]}", "google_augreg.npz")
     assert "offline" in str(info.value) and target in str(info.value)
+    with pytest.raises(DownloadError) as info:  # credentials stay out of the message and of the cache path
+        weights.load_weights(build(**AUGREG), url.replace("://", "://user:secret@"), cache_dir=tmp_path)
+    assert "secret" not in str(info.value) and target in str(info.value)
     os.makedirs(os.path.dirname(target), exist_ok=True)  # put the file where the message says: it now loads offline
     shutil.copy(fixture("google_augreg.npz"), target)
     model = weights.load_weights(build(**AUGREG), url, cache_dir=tmp_path)

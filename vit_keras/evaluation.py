@@ -2,8 +2,6 @@
 
 import numpy as np
 
-from .files import atomic_path
-
 
 def evaluate_arrays(model, images, labels, class_names, batch_size=256):
     """A dict with loss (cross-entropy of the logits), accuracy, per_class rows and the confusion matrix.
@@ -50,28 +48,3 @@ def format_report(result):
                      f"{row['support']:>7d}")
     return "\n".join(lines)
 
-
-def save_confusion_png(confusion, class_names, path, title="Confusion matrix"):
-    """A labelled confusion-matrix heat map (rows: true class, columns: predicted), written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(class_names)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * n, 0.8 + 0.55 * n), dpi=100)
-    ax.imshow(confusion, cmap="Blues")
-    ax.set_xticks(range(n), class_names, rotation=45, ha="right")
-    ax.set_yticks(range(n), class_names)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(title)
-    limit = confusion.max() / 2 if confusion.size else 0
-    for i in range(n):
-        for j in range(n):
-            ax.text(j, i, str(confusion[i, j]), ha="center", va="center", fontsize=7,
-                    color="white" if confusion[i, j] > limit else "black")
-    fig.tight_layout()
-    with atomic_path(path) as temp:
-        fig.savefig(temp, format="png")
-    plt.close(fig)

@@ -210,7 +210,7 @@ def check_weights(weights, model_name, overrides):
         if model_name or overrides:
             raise ValueError(f"`weights`={str(weights)!r} is a saved model with its own architecture; drop "
                              f"`model_name`/architecture overrides ({model_name or ', '.join(overrides)}) or pass a "
-                             "checkpoint (.npz, .pth, .safetensors) with `model_name`.")
+                             "checkpoint (.npz, .safetensors) with `model_name`.")
     elif model_name is None:
         raise ValueError(f"`weights`={str(weights)!r} is a checkpoint for a named model: pass `model_name` (e.g. "
                          "'vit_ti16'), or a .keras model saved by an earlier run.")

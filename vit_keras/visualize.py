@@ -254,6 +254,23 @@ def _save(figure, path):
     return path
 
 
+def plot_confusion_matrix(confusion, class_names, path, title="Confusion matrix"):
+    """PNG: a labelled confusion-matrix heat map (rows: true class, columns: predicted)."""
+    n = len(class_names)
+    figure = _figure(1.0 + 0.6 * n, 0.8 + 0.55 * n)
+    axis = figure.subplots()
+    axis.imshow(confusion, cmap="Blues")
+    axis.set_xticks(range(n), class_names, rotation=45, ha="right")
+    axis.set_yticks(range(n), class_names)
+    axis.set(xlabel="predicted", ylabel="true", title=title)
+    limit = confusion.max() / 2 if confusion.size else 0
+    for i in range(n):
+        for j in range(n):
+            axis.text(j, i, str(confusion[i, j]), ha="center", va="center", fontsize=7,
+                      color="white" if confusion[i, j] > limit else "black")
+    return _save(figure, path)
+
+
 def plot_attention_overlay(image, heatmap, path, title=None, alpha=0.5):
     """PNG: the image beside its attention-rollout overlay."""
     image = np.asarray(image, dtype="float32")

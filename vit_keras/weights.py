@@ -14,7 +14,9 @@ What may legitimately differ is handled, with a warning, the paper's way:
     (fine-tuning replaces the whole head, section 3.2);
   * another image size: the position embedding is resampled to the model's grid with
     ``resize_position_embedding`` (2-D bicubic, a = -0.5, antialiased: PyTorch's
-    ``interpolate(mode="bicubic", antialias=True)``, timm's ``resample_abs_pos_embed`` default);
+    ``interpolate(mode="bicubic", antialias=True)``, timm's ``resample_abs_pos_embed`` default).
+    ``save_npz`` records the grid (``GRID``); other files are read as Google's and timm's are written:
+    the model's own row count means its grid, else a square grid, with or without a class-token row;
   * a 1-channel model and an RGB patch embedding: the kernel is summed over RGB (exact for
     grey images, which are R = G = B).
 Anything else is a ValueError that lists every mismatched, missing and unexpected name.
@@ -29,15 +31,17 @@ from keras import ops
 
 from . import stems
 from .files import atomic_path
-from .models import VisionTransformer, resize_position_embedding
+from .models import VisionTransformer, _resample_matrix, resize_position_embedding
 from .weights_fetch import resolve
-from .weights_google import POS, canonical_google, read_npz
+from .weights_google import PICKLE_HINT, POS, add_class_position, canonical_google, read_npz
 from .weights_torch import canonical_torch, read_safetensors
 
 log = logging.getLogger("vit_keras.weights")
 
 # Not in any Google file: our own names so that save_npz -> load_weights round-trips these options too.
 POS_ROW, POS_COL, POS_CLS = (f"Transformer/posembed_input/{n}" for n in ("pos_row", "pos_col", "pos_cls"))
+# The patch grid (rows, cols) of the saved model: a (1, N, D) table alone cannot tell 9x16 from 12x12.
+GRID = "Transformer/posembed_input/grid_size"
 
 
 class Slot:
@@ -131,7 +135,7 @@ def model_arrays(model):
 def save_npz(model, path):
     """Write ``model``'s weights as an ``.npz`` in the original Google layout (atomically)."""
     path = os.fspath(path)
-    arrays = model_arrays(model)
+    arrays = {**model_arrays(model), GRID: np.asarray(model.get_layer("embedding").grid_size, np.int32)}
     with atomic_path(path) as temp, open(temp, "wb") as f:
         np.savez(f, **arrays)
     return path
@@ -140,6 +144,8 @@ def save_npz(model, path):
 def read_checkpoint(path, num_heads):
     """A local checkpoint file in any supported format -> canonical name -> array."""
     path = os.fspath(path)
+    if path.endswith((".pth", ".pt", ".bin")):
+        raise ValueError(f"{path}: {PICKLE_HINT}")
     with open(path, "rb") as f:
         magic = f.read(9)
     if magic[:2] == b"PK":
@@ -152,7 +158,7 @@ def read_checkpoint(path, num_heads):
         return canonical_torch(read_safetensors(path), num_heads)
     raise ValueError(
         f"{path} is neither an .npz (Google, AugReg, big_vision) nor a .safetensors (timm, Hugging Face) "
-        "checkpoint. PyTorch pickles (.bin, .pth) are not read: save them with safetensors first."
+        f"checkpoint. {PICKLE_HINT}"
     )
 
 
@@ -175,7 +181,8 @@ def _warn(message):
 def _adapt(model, checkpoint, expected):
     """Apply the allowed differences (head, pre_logits, image size, grey input) in place."""
     _skip_head(checkpoint, expected)
-    _resample_position(model, checkpoint, expected)
+    old_grid = checkpoint.pop(GRID, None)
+    _resample_position(model, checkpoint, expected, None if old_grid is None else tuple(int(v) for v in old_grid))
     _sum_rgb_kernel(model, checkpoint, expected)
 
 
@@ -199,16 +206,48 @@ def _skip_head(checkpoint, expected):
             checkpoint.pop(name, None)
 
 
-def _resample_position(model, checkpoint, expected):
-    pos, want = checkpoint.get(POS), expected.get(POS)
-    if pos is None or want is None or pos.ndim != 3 or pos.shape == want.shape or pos.shape[2] != want.shape[2]:
-        return
+def _resample_position(model, checkpoint, expected, old_grid=None):
+    """Fit the checkpoint's position embedding to the model's patch grid.
+
+    ``old_grid`` is recorded by ``save_npz``. Other files carry only a (1, R, D) table, so the class token's
+    row and the grid are inferred: the model's own row count (or one row fewer: no class row, as in timm's
+    ``no_embed_class``) means the same grid; otherwise R or R - 1 must be a square, as Google's and timm's grids are.
+    """
     emb = model.get_layer("embedding")
-    prefix = int(emb.class_token and "cls" in checkpoint)
-    side = int(round((pos.shape[1] - prefix) ** 0.5))
-    if side > 0 and side * side == pos.shape[1] - prefix:  # Google's grids are square
-        checkpoint[POS] = resize_position_embedding(pos, emb.grid_size, (side, side), prefix)
-        log.info("Resampled the position embedding from a %dx%d grid to %s.", side, side, emb.grid_size)
+    new_grid = tuple(emb.grid_size)
+    for name, axis in ((POS_ROW, 0), (POS_COL, 1)):  # learned_2d: one table per axis, its length is its grid
+        table, want = checkpoint.get(name), expected.get(name)
+        if table is not None and want is not None and table.ndim == 2 and table.shape[0] != want.shape[0]:
+            checkpoint[name] = _resample_matrix(table.shape[0], new_grid[axis]) @ table
+    pos, want = checkpoint.get(POS), expected.get(POS)
+    if pos is None or want is None or pos.ndim != 3 or pos.shape[2] != want.shape[2]:
+        return
+    class_row = int(emb.class_token and "cls" in checkpoint)
+    rows = pos.shape[1]
+    if old_grid is None:
+        if rows == want.shape[1]:
+            return
+        if class_row and rows == want.shape[1] - 1:
+            add_class_position(checkpoint)
+            return
+        side = _square_root(rows - class_row)
+        if class_row and side is None and _square_root(rows) is not None:  # a square grid without a class row
+            add_class_position(checkpoint)
+            pos, side = checkpoint[POS], _square_root(rows)
+        if side is None:
+            return  # reported as a shape mismatch, with a hint
+        old_grid = (side, side)
+    elif class_row and rows == old_grid[0] * old_grid[1]:
+        add_class_position(checkpoint)
+        pos = checkpoint[POS]
+    if old_grid != new_grid and pos.shape[1] == class_row + old_grid[0] * old_grid[1]:
+        checkpoint[POS] = resize_position_embedding(pos, new_grid, old_grid, class_row)
+        log.info("Resampled the position embedding from a %dx%d grid to %dx%d.", *old_grid, *new_grid)
+
+
+def _square_root(n):
+    side = int(round(max(n, 0) ** 0.5))
+    return side if side > 0 and side * side == n else None
 
 
 def _sum_rgb_kernel(model, checkpoint, expected):
@@ -246,6 +285,11 @@ HINTS = [
      "timm's fc_norm (a LayerNorm after average pooling) is not supported: our GAP pools after encoder_norm"),
     (lambda c, e: "cls" in e and "cls" not in c,
      "the checkpoint has no class token: use pooling='gap' (class_token=False)"),
+    (lambda c, e: "cls" in c and "cls" not in e,
+     "the checkpoint has a class token: use class_token=True (pooling='token')"),
+    (lambda c, e: POS in c and POS in e and c[POS].shape[1] != e[POS].shape[1],
+     "the position embedding's rows fit no square grid of the model's kind: load the checkpoint into a model at "
+     "its own image size, then call resize_model"),
 ]
 
 

@@ -8,6 +8,7 @@ cache never holds a partial file. A sha256 can be passed as an argument or appen
 the URL as ``#sha256=<hex>`` (pip's convention), which ``create_model(weights=...)`` allows.
 """
 
+import contextlib
 import hashlib
 import http.client
 import os
@@ -58,7 +59,8 @@ def normalize_sha256(sha256):
 def cache_path(url, cache_dir=None):
     """The file a URL is cached at: <cache>/<host>/<path parts>, with unsafe characters replaced."""
     parsed = urllib.parse.urlparse(url)
-    parts = [parsed.netloc] + [p for p in urllib.parse.unquote(parsed.path).split("/") if p]
+    host = (parsed.hostname or "") + (f"_{parsed.port}" if parsed.port else "")  # never the user:password@
+    parts = [host] + [p for p in urllib.parse.unquote(parsed.path).split("/") if p]
     if parsed.query:  # signed or versioned URLs: keep them apart without leaking the query into the name
         parts[-1] += "-" + hashlib.sha256(parsed.query.encode()).hexdigest()[:10]
     safe = [re.sub(r"[^A-Za-z0-9._+=@-]", "_", p).lstrip(".") or "_" for p in parts]
@@ -105,32 +107,53 @@ def check_sha256(path, expected, downloaded):
         raise ValueError(f"{what} {path} has sha256 {actual}, expected {expected}. {hint}")
 
 
+def shown(url):
+    """``url`` without its user:password@, for messages."""
+    parsed = urllib.parse.urlparse(url)
+    return parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl()
+
+
 def download(url, path, expected_sha256=None, timeout=60):
-    """Fetch ``url`` into ``path`` atomically: temp file, length and sha256 checks, then rename."""
+    """Fetch ``url`` into ``path`` atomically: temp file, length and sha256 checks, then rename.
+
+    Network failures are a DownloadError; a local write failure (disk full, no permission) stays an OSError
+    that names the cache file.
+    """
     with atomic_path(path) as temp:
         digest, received = hashlib.sha256(), 0
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as response, open(temp, "wb") as out:
-                announced = response.headers.get("Content-Length")
-                for chunk in iter(lambda: response.read(CHUNK), b""):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    received += len(chunk)
-        except http.client.IncompleteRead as error:
-            raise ValueError(f"Download of {url} is truncated ({error}); nothing was cached. Try again.") from error
-        except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
-            if isinstance(error, urllib.error.HTTPError):
-                reason = f"HTTP {error.code} {error.reason}"
-            else:
-                reason = str(getattr(error, "reason", error))
-            raise DownloadError(
-                f"Could not download {url} ({reason}). If this machine is offline, download the file "
-                f"elsewhere and put it at {path} (or pass its local path as `weights`)."
-            ) from error
+        with _network_errors(url, path):
+            response = urllib.request.urlopen(url, timeout=timeout)
+        with response, open(temp, "wb") as out:
+            announced = response.headers.get("Content-Length")
+            while True:
+                with _network_errors(url, path):
+                    chunk = response.read(CHUNK)
+                if not chunk:
+                    break
+                out.write(chunk)
+                digest.update(chunk)
+                received += len(chunk)
         if announced is not None and received != int(announced):
-            raise ValueError(f"Download of {url} is truncated: got {received} of {announced} bytes; try again.")
+            raise ValueError(f"Download of {shown(url)} is truncated: got {received} of {announced} bytes; try again.")
         if expected_sha256 and digest.hexdigest() != expected_sha256:
             raise ValueError(
-                f"Downloaded file from {url} has sha256 {digest.hexdigest()}, expected {expected_sha256}. "
+                f"Downloaded file from {shown(url)} has sha256 {digest.hexdigest()}, expected {expected_sha256}. "
                 "The download is corrupt or the file changed upstream; nothing was cached."
             )
+
+
+@contextlib.contextmanager
+def _network_errors(url, path):
+    try:
+        yield
+    except http.client.IncompleteRead as error:
+        raise ValueError(f"Download of {shown(url)} is truncated ({error}); nothing was cached. Try again.") from error
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+        if isinstance(error, urllib.error.HTTPError):
+            reason = f"HTTP {error.code} {error.reason}"
+        else:
+            reason = str(getattr(error, "reason", error))
+        raise DownloadError(
+            f"Could not download {shown(url)} ({reason}). If this machine is offline, download the file "
+            f"elsewhere and put it at {path} (or pass its local path as `weights`)."
+        ) from error

@@ -39,6 +39,10 @@ BIG_VISION_MODULES = {
 }
 
 
+PICKLE_HINT = ("PyTorch pickles (.bin, .pth, .pt; zip archives since torch 1.6) are not read: save the state dict "
+               "with safetensors first.")
+
+
 def corrupt_error(path, kind, error):
     import os
 
@@ -53,9 +57,14 @@ def read_npz(path):
     """Every array of an ``.npz`` file, read eagerly so a damaged member fails here, not later."""
     try:
         with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
+            arrays = {name: archive[name] for name in archive.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError) as error:
         raise corrupt_error(path, ".npz", error) from error
+    foreign = sorted(name for name, value in arrays.items() if not isinstance(value, np.ndarray))
+    if foreign:  # another zip: numpy hands back the raw bytes of members that are not .npy files
+        raise ValueError(f"{path} is a zip archive but not an .npz: {', '.join(foreign[:3])} are not arrays. "
+                         f"{PICKLE_HINT}")
+    return arrays
 
 
 def as_float32(array):
@@ -79,7 +88,7 @@ def canonical_google(arrays):
     if prefix:  # drop optimizer state, text towers and anything else outside the image model
         arrays = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
     big_vision = prefix.startswith("params/") or "pos_embedding" in arrays or f"{SCANNED}LayerNorm_0/scale" in arrays
-    out = {}
+    out, rowless_table = {}, False
     for name, value in arrays.items():
         value = as_float32(value)
         match = re.fullmatch(r"Transformer/encoderblock_(\d+)/(.+)", name)
@@ -89,10 +98,10 @@ def canonical_google(arrays):
         elif match:
             out[_block_name(int(match.group(1)), match.group(2), big_vision)] = value
         elif big_vision and name == "pos_embedding":
-            out[POS] = value
+            out[POS], rowless_table = value, True
         else:
             out[name] = value
-    if big_vision:  # big_vision concatenates the class token after adding positions: it has no row
+    if rowless_table:  # big_vision concatenates the class token after adding positions: its table has no row
         add_class_position(out)
     return out
 

@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from .weights_google import POS, add_class_position, as_float32, corrupt_error
+from .weights_google import POS, as_float32, corrupt_error
 
 BLOCK = "Transformer/encoderblock_{}/"
 MHA = BLOCK + "MultiHeadDotProductAttention_1/"
@@ -106,10 +106,10 @@ def _convert(kind, param, value, num_heads):
 def canonical_torch(tensors, num_heads):
     """A timm or Hugging Face ViT state dict -> the canonical Google layout."""
     if any("patch_embeddings.projection" in k for k in tensors):
-        modules, whole, flavour = HF_MODULES, HF_TENSORS, "hf"
+        modules, whole = HF_MODULES, HF_TENSORS
         tensors = {k[len("vit."):] if k.startswith("vit.") else k: v for k, v in tensors.items()}
     elif "patch_embed.proj.weight" in tensors:
-        modules, whole, flavour = TIMM_MODULES, TIMM_TENSORS, "timm"
+        modules, whole = TIMM_MODULES, TIMM_TENSORS
     else:
         shown = ", ".join(sorted(tensors)[:8])
         raise ValueError(
@@ -132,9 +132,4 @@ def canonical_torch(tensors, num_heads):
                 break
         else:
             out[key] = value  # unknown: reported by the loader as unexpected
-    pos = out.get(POS)
-    if flavour == "timm" and pos is not None and pos.ndim == 3:
-        rows = pos.shape[1]
-        if int(round(rows ** 0.5)) ** 2 == rows:  # timm's no_embed_class: the class token has no row
-            add_class_position(out)
-    return out
+    return out  # a table without a class row (timm's no_embed_class) is told from the model's grid on load

@@ -1,6 +1,6 @@
 """`vit-keras bench`: inference images/s of ViT-Ti/S/B at 224, XLA on and off, against the matmul peak and timm."""
 
-HELP = "inference throughput of ViT-Ti/16, S/16, B/16 (XLA on/off), % of fp32 matmul peak, and timm's, same run"
+HELP = "inference throughput of ViT-Ti/16, S/16, B/16 (XLA on/off), share of the fp32 matmul peak, and timm's, same run"
 
 
 def add_arguments(parser):

@@ -25,13 +25,12 @@ def run(args):
         raise ValueError(f"MODEL must be a .keras file; got {args.model!r}.")
     if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
         raise ValueError("--batch-size and --limit must be positive integers.")
-    import keras
-
-    import vit_keras  # noqa: F401  (registers the layers for safe loading)
     from vit_keras.data import load_dataset
-    from vit_keras.evaluation import evaluate_arrays, format_report, save_confusion_png
+    from vit_keras.evaluation import evaluate_arrays, format_report
+    from vit_keras.models import load_model
+    from vit_keras.visualize import plot_confusion_matrix
 
-    model = keras.saving.load_model(args.model, compile=False)
+    model = load_model(args.model)
     data = load_dataset(args.data, args.split, limit=args.limit, seed=args.seed, data_dir=args.data_dir,
                         val_fraction=args.val_fraction)
     labels_path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "labels.txt")
@@ -46,7 +45,7 @@ def run(args):
         print(f"skipped {len(data.skipped)} unreadable image(s)")
     print(format_report(result))
     if args.confusion:
-        save_confusion_png(result["confusion"], data.class_names, args.confusion,
-                           title=f"{os.path.basename(args.model)} on {args.data}: accuracy {result['accuracy']:.4f}")
+        plot_confusion_matrix(result["confusion"], data.class_names, args.confusion,
+                              title=f"{os.path.basename(args.model)} on {args.data}: accuracy {result['accuracy']:.4f}")
         print(f"confusion matrix: {args.confusion}")
     return 0
