@@ -25,9 +25,17 @@ def rollout(layers, head_fusion="mean"):
     return result
 
 
-def _token_map(rolled):
-    """(T, T) rollout -> (grid_h, grid_w): the class token's row, or the mean row without a class token."""
+def _token_map(rolled, grid=None):
+    """(T, T) rollout -> (grid_h, grid_w): the class token's row, or the mean row without a class token.
+
+    ``grid`` (gh, gw) lays out any grid; without it the grid must be square.
+    """
     tokens = rolled.shape[-1]
+    if grid is not None:
+        gh, gw = grid
+        if tokens in (gh * gw, gh * gw + 1):
+            return rolled.mean(axis=0).reshape(gh, gw) if tokens == gh * gw else rolled[0, 1:].reshape(gh, gw)
+        raise ValueError(f"cannot lay {tokens} tokens out on a {gh}x{gw} grid")
     side = math.isqrt(tokens)
     if side * side == tokens:  # no class token (gap pooling)
         return rolled.mean(axis=0).reshape(side, side)
@@ -37,11 +45,11 @@ def _token_map(rolled):
     raise ValueError(f"cannot lay {tokens} tokens out on a square grid")
 
 
-def attention_heatmap(outputs):
+def attention_heatmap(outputs, grid=None):
     """Attention outputs of a model (batch 1) -> a (grid_h, grid_w) map scaled to [0, 1].
 
     Accepts what an exporter may emit: stacked (1, L, heads, T, T), per-layer (1, heads, T, T) tensors,
-    one (1, T, T) matrix, or a ready map (1, gh, gw) / (1, N).
+    one (1, T, T) matrix, or a ready map (1, gh, gw) / (1, N). ``grid``: the patch grid, where it is known.
     """
     layers, ready = [], None
     for array in outputs:
@@ -59,7 +67,7 @@ def attention_heatmap(outputs):
             side = math.isqrt(array.size)
             ready = array.reshape(side, side) if side * side == array.size else array[1:].reshape(
                 math.isqrt(array.size - 1), -1)
-    heat = _token_map(rollout(layers)) if layers else ready
+    heat = _token_map(rollout(layers), grid) if layers else ready
     if heat is None:
         return None
     heat = heat - heat.min()

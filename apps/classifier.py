@@ -225,7 +225,10 @@ class Classifier:
         attention = None
         if self.attention_outputs:
             maps = [self._dequantize(a, d) for a, d in zip(raw[1:], self.attention_outputs)]
-            attention = attention_heatmap(maps)
+            try:
+                attention = attention_heatmap(maps)
+            except ValueError:  # outputs that do not lay out on a square grid: classify without the overlay
+                attention = None
         total_ms = (time.perf_counter() - start) * 1000
         return Prediction(path, top, inference_ms, total_ms, image, attention)
 

@@ -50,7 +50,7 @@ def main(argv=None):
         return 2
     try:
         return int(args.run(args) or 0)
-    except (ValueError, FileNotFoundError, PermissionError) as error:
+    except (ValueError, OSError) as error:  # OSError: missing, unwritable, a full disk
         print(f"vit-keras {args.command}: error: {error}", file=sys.stderr)
         return 2
 

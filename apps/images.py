@@ -63,7 +63,11 @@ def load_image(path, target_size=None):
     name = os.path.basename(path)
     if os.path.isdir(path):
         raise ImageError(f"{name}: is a folder, not an image")
-    if os.path.getsize(path) == 0:
+    try:
+        empty = os.path.getsize(path) == 0
+    except OSError as error:  # gone, a broken symlink, unreadable
+        raise ImageError(f"{name}: cannot be read ({error.strerror or error})") from None
+    if empty:
         raise ImageError(f"{name}: the file is empty (0 bytes)")
     try:
         with warnings.catch_warnings():
@@ -95,9 +99,9 @@ def list_images(paths):
         if os.path.isdir(path):
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                files += [os.path.join(root, n) for n in sorted(names)
-                          if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS]
-        elif os.path.exists(path):
+                files += [os.path.join(root, n) for n in sorted(names)  # not macOS's ._x.jpg resource forks
+                          if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS and not n.startswith(".")]
+        elif os.path.lexists(path):  # a broken symlink too: classify reports it with the other failures
             files.append(path)
         else:
             raise FileNotFoundError(f"no such file or folder: {path}")

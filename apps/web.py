@@ -6,6 +6,7 @@ the model's name/description from its metadata, and an attention-rollout overlay
 exports attention or a matching .keras is given.
 """
 
+import logging
 import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no telemetry, no version check
@@ -37,6 +38,7 @@ class KerasAttention:
             config["image_size"],) * 2
         self.channels = config["channels"]
         self.raw_pixels = config.get("include_preprocessing", False)
+        self.grid = tuple(self.model.get_layer("embedding").grid_size)
 
     def __call__(self, image):
         from PIL import Image
@@ -46,7 +48,18 @@ class KerasAttention:
         if not self.raw_pixels:
             pixels = pixels / 127.5 - 1.0
         maps = self.model.attention_maps(pixels)
-        return attention_heatmap([np.stack(maps, axis=1)])
+        return attention_heatmap([np.stack(maps, axis=1)], self.grid)
+
+
+def top_scores(top):
+    """{label: score} for Gradio's Label; a repeated name (ImageNet has two "crane"s) gets a number, not merged."""
+    scores = {}
+    for label, score in top:
+        key, n = label, 2
+        while key in scores:
+            key, n = f"{label} ({n})", n + 1
+        scores[key] = score
+    return scores
 
 
 def _status(prediction, classifier):
@@ -78,9 +91,11 @@ def build_demo(classifier, keras_attention=None, examples=None, top_k=5):
             return None, None, f"**Error:** {os.path.basename(path)}: could not classify it ({type(error).__name__}: {error})"
         heat = prediction.attention
         if heat is None and keras_attention is not None:
-            heat = keras_attention(image)
-        scores = {label: score for label, score in prediction.top}
-        return overlay(image, heat), scores, _status(prediction, classifier)
+            try:
+                heat = keras_attention(image)
+            except Exception as error:  # the overlay is extra: still show the classification
+                logging.getLogger("apps.web").warning("attention overlay failed: %s", error)
+        return overlay(image, heat), top_scores(prediction.top), _status(prediction, classifier)
 
     def pick_example(event: gr.SelectData):
         return classify(examples[event.index][0])

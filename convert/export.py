@@ -31,6 +31,7 @@ INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op i
 INT8_FLOAT_NODES = ("layernorm_epsilon",)  # with RSQRT: LayerNorm's variance + epsilon
 MIN_CALIBRATION_IMAGES = 100
 DEFAULT_CALIBRATION_IMAGES = 300
+METADATA_FIELDS = ("name", "description", "version", "license", "author")  # classifier_metadata's keywords
 
 
 def load_vit(path):
@@ -75,7 +76,7 @@ def calibration_images(calibration, model, limit=DEFAULT_CALIBRATION_IMAGES):
     if isinstance(calibration, str):
         from vit_keras.data import load_arrays
 
-        images = load_arrays(calibration, split="train", limit=limit)[0]
+        images = load_arrays(calibration, split="train", limit=limit, image_size=model.vit_config["image_size"])[0]
     else:
         images = np.asarray(calibration)[:limit]
     if images.ndim not in (3, 4) or (images.ndim == 4 and images.shape[-1] not in (1, 3)):
@@ -83,7 +84,11 @@ def calibration_images(calibration, model, limit=DEFAULT_CALIBRATION_IMAGES):
     if images.dtype != np.uint8 and images.size and (images.min() < 0 or images.max() <= 1.0 or images.max() > 255):
         raise ValueError("`calibration` must hold raw 0-255 pixels (uint8), as the exported int8 model takes them; "
                          f"got values in [{images.min()}, {images.max()}].")
-    images = fit_images(images, model.vit_config["image_size"], model.vit_config["channels"])
+    if len(images) < MIN_CALIBRATION_IMAGES:  # before resizing: an empty array has nothing to resize
+        raise ValueError(f"`calibration` has {len(images)} images; int8 needs at least {MIN_CALIBRATION_IMAGES} "
+                         "real images (a few hundred is best).")
+    images = fit_images(np.clip(np.round(images), 0, 255).astype(np.uint8), model.vit_config["image_size"],
+                        model.vit_config["channels"])  # whole pixels, as the uint8 input carries them
     if len(images) < MIN_CALIBRATION_IMAGES:
         raise ValueError(f"`calibration` has {len(images)} images; int8 needs at least {MIN_CALIBRATION_IMAGES} "
                          "real images (a few hundred is best).")
@@ -91,7 +96,8 @@ def calibration_images(calibration, model, limit=DEFAULT_CALIBRATION_IMAGES):
 
 
 def to_rgb(images):
-    images = np.asarray(images, "float32")
+    """A float32 RGB copy: the caller's array is never written to."""
+    images = np.array(images, "float32")
     return np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else images
 
 
@@ -174,7 +180,7 @@ def convert(model, quantize="float32", calibration=None, dynamic_batch=False, fl
 
     model_bytes = convert_graph(model, quantize, calibration, dynamic_batch)
     if quantize == "int8":
-        nodes = default_float_nodes(model, model_bytes) if tuple(float_ops) == INT8_FLOAT_OPS else ()
+        nodes = default_float_nodes(model, model_bytes) if float_ops else ()  # () alone: plain full int8
         model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model), float_nodes=nodes)
     custom = unsupported_ops(model_bytes)
     if custom:
@@ -284,8 +290,10 @@ def write_atomic(path, data):
 
     try:
         write_bytes(path, data)
-    except OSError as error:
+    except PermissionError as error:
         raise PermissionError(f"`out` {path!r} is not writable: {error}") from error
+    except OSError as error:  # a full disk, a vanished folder: say so, not "not writable"
+        raise OSError(error.errno, f"could not write `out` {path!r}: {error.strerror or error}") from error
 
 
 def export_tflite(model, out, quantize="float32", calibration=None, labels=None, dynamic_batch=False,
@@ -294,10 +302,17 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
 
     labels: a list, a file path, or None for labels.txt beside the .keras file.
     calibration: a data spec or uint8 images (N, H, W, C); required for int8.
-    float_ops: the TFLite ops int8 keeps in float (() gives a plain full-int8 graph).
+    float_ops: the TFLite ops int8 keeps in float, besides the residual stream and a conv stem (any set but ()
+      keeps those too, as ``convert.sensitivity`` measures); () gives a plain full-int8 graph.
     """
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
+    unknown = sorted(set(metadata_fields) - set(METADATA_FIELDS))
+    if unknown:
+        raise TypeError(f"Unknown metadata field(s) {', '.join(unknown)}; valid: {', '.join(METADATA_FIELDS)}.")
+    if quantize == "int8" and (calibration_size is None or int(calibration_size) < MIN_CALIBRATION_IMAGES):
+        raise ValueError(f"`calibration_size` must be at least {MIN_CALIBRATION_IMAGES} (int8 calibrates on that "
+                         f"many real images; {DEFAULT_CALIBRATION_IMAGES} by default); got {calibration_size}.")
     out = check_output_path(out)
     if isinstance(model, (str, os.PathLike)):
         if labels is None:
@@ -322,5 +337,5 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     data = tflite_metadata.populate(model_bytes, meta, {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"})
     write_atomic(out, data)
     return {"path": out, "quantize": quantize, "bytes": len(data), "input_dtype": np.dtype(detail["dtype"]).name,
-            "input_shape": [int(v) for v in detail["shape"]], "input_quantization": detail["quantization"],
+            "input_shape": [int(v) for v in detail["shape_signature"]], "input_quantization": detail["quantization"],
             "labels": len(labels)}

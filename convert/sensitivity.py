@@ -3,8 +3,8 @@
 The ViT literature reports int8 collapses from LayerNorm, GELU and softmax outliers. This
 sweep calibrates once, then quantizes the same calibrated graph with one more op type left
 in float at a time, and measures top-1 agreement and the largest score error against Keras.
-The residual stream and a conv stem stay in float in every row, as ``export`` keeps them, so the last
-row is the exported file.
+The residual stream and a conv stem stay in float in every row with float ops, as ``export`` keeps them
+for any ``float_ops`` but (), so each row is the file ``export_tflite(float_ops=row["float_ops"])`` writes.
 
     from convert.sensitivity import op_sensitivity
     rows = op_sensitivity(model, calibration_images, test_images)
@@ -33,7 +33,7 @@ def op_sensitivity(model, calibration, images, base=INT8_XNNPACK_FLOAT_OPS, cand
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "probe.tflite")
         for float_ops in dict.fromkeys(sets):
-            data = quantize_int8(calibrated, float_ops, num_norms=norms, float_nodes=nodes)
+            data = quantize_int8(calibrated, float_ops, num_norms=norms, float_nodes=nodes if float_ops else ())
             with open(path, "wb") as f:
                 f.write(data)
             scores = predict(path, images)

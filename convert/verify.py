@@ -168,12 +168,12 @@ def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, r
     return row
 
 
-def format_table(rows, threads=(1, 2), runtimes=RUNTIMES):
-    """A Markdown table of ``verify`` rows."""
+def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
+    """A Markdown table of ``verify`` rows; ``split`` names the accuracy column's data."""
     short = {"interpreter": "Interpreter", "compiled_model": "CompiledModel"}
     latency_cols = [(f"{r}_{n}t_ms", f"{short[r]} {n}T ms") for r in runtimes for n in threads]
     header = ["file", "size MB"] + [title for _, title in latency_cols] + [
-        "top-1 agreement", "test accuracy (Keras)", "max abs diff"]
+        "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [row["file"], f"{row['size_mb']:.2f}"] + [
@@ -188,6 +188,7 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
     """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data``."""
     from vit_keras.data import load_arrays
     from vit_keras.pipeline import fit_images
+    from vit_keras.runs import data_split
 
     from .export import load_vit
     from .graph import keras_scores
@@ -196,9 +197,10 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
         if not os.path.isfile(path):
             raise FileNotFoundError(f"`tflite` file {path!r} does not exist.")
     model = load_vit(keras_path)
-    images, labels, _ = load_arrays(data, split=split, limit=limit)
+    images, labels, _ = load_arrays(data, split=split, limit=limit, image_size=model.vit_config["image_size"],
+                                    **data_split(keras_path))  # a folder's held-out part, as in training
     images = fit_images(images, model.vit_config["image_size"], model.vit_config["channels"])
     reference = keras_scores(model, images)
     rows = [verify(path, reference, labels, images, threads=threads, runs=runs) for path in tflite_paths]
     return (f"{len(images)} {split} images of {data}; latency at batch 1, median of {runs} runs after warm-up.\n\n"
-            + format_table(rows, threads))
+            + format_table(rows, threads, split=split))

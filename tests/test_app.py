@@ -109,6 +109,9 @@ def test_huge_image_is_classified_quickly(models, tmp_path, capsys):
 
 def test_bad_inputs_get_clear_messages_and_the_rest_still_run(models, tmp_path, capsys):
     cases = bad_inputs(tmp_path, FOOLBOX / "imagenet_00_243.jpg")
+    (tmp_path / "gone.jpg").symlink_to(tmp_path / "deleted.jpg")  # a broken symlink, as left by a moved photo
+    cases["broken_symlink"] = (tmp_path / "gone.jpg", "cannot be read")
+    (tmp_path / "._ok.jpg").write_bytes(b"\0\x05\x16\x07")  # macOS resource fork: not an image, not listed
     paths = [p for p, _ in cases.values()] + [tmp_path / "ok.jpg"]
     code, out = classify_json(capsys, models["int8"], *paths)
     assert code == 1  # some images failed
@@ -116,6 +119,9 @@ def test_bad_inputs_get_clear_messages_and_the_rest_still_run(models, tmp_path, 
     for name, (path, words) in cases.items():
         assert words in by_name[path.name]["error"], (name, by_name[path.name])
     assert by_name["ok.jpg"]["top"]
+    code, out = classify_json(capsys, models["int8"], tmp_path)  # the folder: every case but the hidden file
+    assert sorted(Path(r["path"]).name for r in out["results"]) == sorted(["ok.jpg", *(p.name for p, _ in
+                                                                                  cases.values())])
 
 
 @pytest.mark.parametrize("content", [b"not a model at all", "truncated", "keras"])
@@ -214,3 +220,17 @@ def test_every_help_page_renders(capsys):
             main([command, "--help"] if command else ["--help"])
         assert exit_info.value.code == 0
         assert "usage: vit-keras" in capsys.readouterr().out
+
+
+def test_attention_heat_map_on_a_rectangular_grid_and_repeated_labels():
+    from apps.attention import attention_heatmap
+    from apps.web import top_scores
+
+    rng = np.random.default_rng(0)
+    for tokens, grid in ((49, (8, 6)), (48, (8, 6))):  # with and without a class token; 49 is also 7x7
+        maps = rng.random((1, 2, 3, tokens, tokens))
+        assert attention_heatmap([maps], grid).shape == grid
+    with pytest.raises(ValueError, match="8x6 grid"):
+        attention_heatmap([rng.random((1, 2, 3, 50, 50))], (8, 6))
+    assert top_scores([("crane", 0.5), ("crane", 0.3), ("crane", 0.1)]) == {"crane": 0.5, "crane (2)": 0.3,
+                                                                             "crane (3)": 0.1}

@@ -66,13 +66,35 @@ def test_calibration_is_fitted_to_the_model(vit_file):
     assert fitted.shape == (150, 28, 28, 1) and fitted.dtype == np.uint8 and fitted.max() > 128
 
 
+def test_calibration_leaves_the_callers_array_alone_and_takes_whole_pixels(vit_file):
+    model = tflite_export.load_vit(vit_file)
+    pixels = np.full((120, 28, 28, 3), 100.4, np.float32)
+    fitted = tflite_export.calibration_images(pixels, model)
+    assert fitted.dtype == np.uint8 and int(fitted.max()) == 100
+    rgb = np.full((120, 28, 28, 3), 100.0, np.float32)
+    list(tflite_export.representative_dataset(rgb)())
+    assert np.all(rgb == 100.0), "pinning the input range wrote into the caller's array"
+
+
+def test_wrong_settings_fail_before_any_work(vit_file, tmp_path, capsys):
+    with pytest.raises(ValueError, match="`calibration_size` must be at least 100"):
+        tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8", calibration=images(500),
+                                    calibration_size=50)
+    with pytest.raises(TypeError, match="licence.*valid: name, description, version, license, author"):
+        tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="float32", licence="MIT")
+    assert cli.main(["export", str(vit_file), "--calibration", "folder:/nonexistent", "--calibration-size", "50",
+                     "--out", str(tmp_path / "m.tflite")]) == 2
+    assert "--calibration-size must be at least 100" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
 def test_unwritable_output(vit_file, tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         tflite_export.export_tflite(vit_file, tmp_path / "no" / "such" / "m.tflite")
     with pytest.raises(ValueError, match="is a directory"):
         tflite_export.export_tflite(vit_file, tmp_path)
     # /proc refuses new files even for root: the failure comes at the write, after conversion.
-    with pytest.raises(PermissionError, match="writable"):
+    with pytest.raises(OSError, match="could not write `out` '/proc/vit-keras-test.tflite'"):
         tflite_export.export_tflite(vit_file, "/proc/vit-keras-test.tflite")
     assert not os.path.exists("/proc/vit-keras-test.tflite")
     assert os.listdir(tmp_path) == []

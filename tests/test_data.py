@@ -89,6 +89,43 @@ def test_folder_skips_corrupt_images_and_mixes_sizes_and_modes(tmp_path):
     assert sized.images.shape[1:] == (16, 16, 3)
 
 
+def test_folder_images_are_resized_as_they_decode(tmp_path, monkeypatch):
+    """Memory at the model's size, not the camera's: big photos shrink on decode, as the app prepares them."""
+    from apps.images import load_image
+
+    rng = np.random.default_rng(0)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 90x60, shown 60x90: the header size is turned upright too
+    for c in ("a", "b"):
+        (tmp_path / "big" / c).mkdir(parents=True)
+        for i in range(3):
+            pixels = rng.integers(0, 255, (60, 90, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "big" / c / f"{i}.jpg", exif=exif, quality=95)
+    (tmp_path / "big" / "a" / ".thumbnails").mkdir()  # a viewer's hidden copies are not training data
+    Image.fromarray(pixels).save(tmp_path / "big" / "a" / ".thumbnails" / "0.jpg")
+    monkeypatch.setattr(vdata, "MAX_SIDE", 45)
+    capped = vdata.load_dataset(f"folder:{tmp_path / 'big'}", "train", val_fraction=0.34)
+    assert capped.images.shape[1:] == (45, 30, 3) and len(capped.images) == 4
+    assert vdata.folder_image_size(str(tmp_path / "big")) == (45, 30)
+    sized = vdata.load_dataset(f"folder:{tmp_path / 'big'}", "train", val_fraction=0.34, image_size=(24, 16))
+    assert sized.images.shape[1:] == (24, 16, 3)
+    first = sorted((tmp_path / "big").glob("*/*.jpg"))
+    app = load_image(first[0], target_size=(16, 24))[0].resize((16, 24), Image.BILINEAR, reducing_gap=3.0)
+    np.testing.assert_array_equal(vdata.decode_image(first[0], (24, 16)), np.asarray(app))
+
+
+@pytest.mark.parametrize("name", ["caf\udce9", " padded", "two\nlines"])
+def test_class_names_that_would_break_labels_txt_are_refused(name, tmp_path):
+    make_folder(tmp_path / "pets", classes=("ok", "fine"))
+    try:
+        os.makedirs(tmp_path / "pets" / name)
+    except (UnicodeEncodeError, OSError):
+        pytest.skip("this file system refuses the name itself")
+    Image.new("RGB", (8, 8)).save(tmp_path / "pets" / name / "x.png")
+    with pytest.raises(ValueError, match="rename it"):
+        vdata.load_arrays(f"folder:{tmp_path / 'pets'}")
+
+
 def test_folder_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         vdata.load_arrays(f"folder:{tmp_path / 'missing'}")
@@ -136,6 +173,19 @@ def test_local_tfds_dataset(tmp_path):
     assert all(images[i].mean() == 40 + 170 * labels[i] for i in range(6))
     test_images, _, _ = vdata.load_arrays("tfds:vit_keras_tiny_shapes", "test", data_dir=str(tmp_path))
     assert len(test_images) == 2
+    assert len(vdata.load_arrays("tfds:vit_keras_tiny_shapes", "train", data_dir=str(tmp_path), limit=4)[0]) == 4
+
+    class VitKerasTrainOnly(VitKerasTinyShapes):
+        """Like tf_flowers: a train split only."""
+
+        def _split_generators(self, dl_manager):
+            return {"train": self._generate_examples(10)}
+
+    split = dict(data_dir=str(tmp_path), seed=3, val_fraction=0.3)
+    train = vdata.load_dataset("tfds:vit_keras_train_only", "train", **split)
+    val = vdata.load_dataset("tfds:vit_keras_train_only", "val", **split)
+    assert len(train.images) == 7 and len(val.images) == 3  # a seeded held-out part, the rest trains
+    assert len(vdata.load_dataset("tfds:vit_keras_train_only", "test", **split).images) == 3
     with pytest.raises(FileNotFoundError, match="not found"):
         vdata.load_arrays("tfds:no_such_dataset_here", data_dir=str(tmp_path))
 

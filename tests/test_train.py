@@ -167,6 +167,29 @@ def test_a_kill_anywhere_in_an_epoch_end_resumes_with_every_epoch_logged_once(fa
     assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]
 
 
+def test_a_backup_cut_short_by_a_kill_resumes_from_the_one_before(fashion, tmp_path):
+    images, labels, _ = fashion
+    data = make_dataset(images[:128], labels[:128], 10, batch_size=64, training=True, augment="none")
+
+    def fit(epochs):
+        keras.utils.set_random_seed(0)
+        model = tiny_model()
+        train.compile_model(model, 1e-3, jit_compile=False)
+        model.fit(data, epochs=epochs, callbacks=runs.make_callbacks(str(tmp_path), 64, tensorboard=False),
+                  verbose=0, shuffle=False)
+        return model
+
+    fit(2)
+    assert (tmp_path / "backup").is_dir(), "the backup must outlive fit: train() removes it after the final save"
+    latest = tmp_path / "backup" / "latest.weights.h5"
+    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # a kill in the middle of the save
+    fit(3)  # resumes from the previous backup instead of failing on the truncated file
+    rows = runs.clean_history(tmp_path / "history.csv") or (tmp_path / "history.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]
+    runs.remove_backup(str(tmp_path))
+    assert not (tmp_path / "backup").exists()
+
+
 def test_a_rerun_with_another_config_starts_afresh(tmp_path):
     kw = dict(limit=256, batch_size=64, augment="none", jit_compile=False, verbose=0, tensorboard=False,
               model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))

@@ -1,6 +1,7 @@
 """vit_keras.visualize: rollout, attention distance, position similarity, filter PCA, PNG writers, explain/inspect CLI."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -198,6 +199,15 @@ def test_explain_cli_writes_overlay(saved_model, tmp_path, capsys):
     assert "x_attention.png" in capsys.readouterr().out
     assert main(["explain", str(saved_model / "model.keras"), str(tmp_path / "missing.png"), "--out",
                  str(tmp_path)]) == 2
+    (tmp_path / "b").mkdir()
+    Image.open(saved_model / "x.png").rotate(90, expand=True).save(tmp_path / "b" / "x.png")
+    assert main(["explain", str(saved_model / "model.keras"), str(saved_model / "x.png"), str(tmp_path / "b" / "x.png"),
+                 "--out", str(tmp_path / "out")]) == 0  # two x.png from two folders: two overlays
+    assert sorted(os.listdir(tmp_path / "out")) == ["x_0_attention.png", "x_1_attention.png"]
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    capsys.readouterr()
+    assert main(["explain", str(saved_model / "model.keras"), str(tmp_path / "bad.png"), "--out", str(tmp_path)]) == 2
+    assert "not a readable image" in capsys.readouterr().err
 
 
 def test_inspect_cli_writes_figures(saved_model, tmp_path):

@@ -5,8 +5,11 @@ with ``spec`` one of
 
   "fashion_mnist"   the IDX files of the Debian package ``dataset-fashion-mnist``
                     (/usr/share/datasets/fashion-mnist), else tfds ``fashion_mnist``;
-  "tfds:NAME"       a tfds dataset (``data_dir`` as for ``tfds.load``);
-  "folder:PATH"     one sub-folder per class; a seeded split gives "train" and "val"/"test".
+  "tfds:NAME"       a tfds dataset (``data_dir`` as for ``tfds.load``); one with only a train split gives a
+                    seeded held-out part of it as "val"/"test";
+  "folder:PATH"     one sub-folder per class; a seeded split gives "train" and "val"/"test". Each image is
+                    resized as soon as it is decoded (to ``image_size``, else the most common size, at most
+                    MAX_SIDE), so a folder of phone photos costs memory at the model's size, not the camera's.
 
 Images are decoded here, once (Pillow for folders), so the tf.data pipeline in
 ``vit_keras.pipeline`` only reads arrays and keeps up with training on a small CPU.
@@ -29,6 +32,7 @@ FASHION_MNIST_CLASSES = [
 ]
 SPLITS = ("train", "val", "test")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+MAX_SIDE = 512  # the longest side folder images keep when no `image_size` is asked for
 
 
 @dataclass
@@ -53,8 +57,8 @@ def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fra
     """An ``ArrayDataset`` (with the list of skipped files) for ``spec``.
 
     ``limit`` keeps the first N examples (after the seeded shuffle for folders).
-    ``image_size`` (int or (h, w)) resizes folder images; by default a folder with
-    mixed sizes is resized to its most common size.
+    ``image_size`` (int or (h, w)) resizes folder images as they are decoded; by default a folder
+    is resized to its most common size, scaled down to at most ``MAX_SIDE`` on the long side.
     """
     if split not in SPLITS:
         raise ValueError(f"Unknown `split`={split!r}; valid values are {', '.join(map(repr, SPLITS))}.")
@@ -65,7 +69,7 @@ def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fra
     if spec == "fashion_mnist":
         data = _fashion_mnist(split, data_dir)
     elif spec.startswith("tfds:"):
-        data = _tfds(spec[5:], split, data_dir)
+        data = _tfds(spec[5:], split, data_dir, seed, val_fraction, limit)
     elif spec.startswith("folder:"):
         data = _folder(spec[7:], split, seed, val_fraction, image_size, limit)
     else:
@@ -105,7 +109,7 @@ def _fashion_mnist(split, data_dir):
     return _tfds("fashion_mnist", split, data_dir)
 
 
-def _tfds(name, split, data_dir):
+def _tfds(name, split, data_dir, seed=0, val_fraction=0.1, limit=None):
     if not name:
         raise ValueError("`data`='tfds:NAME' needs a dataset name, e.g. 'tfds:cifar10'.")
     import tensorflow_datasets as tfds
@@ -123,22 +127,33 @@ def _tfds(name, split, data_dir):
                 f"({type(error).__name__}: {error}). Prepare it with `tfds build {name}` or pass data_dir."
             ) from None
     splits = builder.info.splits
+    held_out = None  # a train-only dataset: "val"/"test" are a seeded part of train, which keeps the rest
     tfds_split = split
     if split == "val":
         tfds_split = "validation" if "validation" in splits else "test"
     if split == "test" and "test" not in splits:
         tfds_split = "validation"
+    if list(splits) == ["train"]:
+        train, val = split_indices(splits["train"].num_examples, seed, val_fraction)
+        held_out, tfds_split = (train if split == "train" else val), "train"
     if tfds_split not in splits:
         raise ValueError(f"tfds dataset {name!r} has no {split!r} split; it has {', '.join(splits)}.")
     keys = builder.info.supervised_keys
     if not keys:
         raise ValueError(f"tfds dataset {name!r} has no (image, label) supervised keys.")
     image_key, label_key = keys[0], keys[1]
-    dataset = builder.as_dataset(split=tfds_split, shuffle_files=False)
+    if held_out is not None:
+        wanted = set(held_out[: int(limit)].tolist() if limit is not None else held_out.tolist())
+        dataset = builder.as_dataset(split=tfds_split, shuffle_files=False)
+    else:  # decode only what is asked for
+        wanted = None
+        dataset = builder.as_dataset(split=tfds_split if limit is None else f"{tfds_split}[:{int(limit)}]",
+                                     shuffle_files=False)
     images, labels = [], []
-    for example in tfds.as_numpy(dataset):
-        images.append(_ensure_hwc(np.asarray(example[image_key])))
-        labels.append(int(example[label_key]))
+    for index, example in enumerate(tfds.as_numpy(dataset)):
+        if wanted is None or index in wanted:
+            images.append(_ensure_hwc(np.asarray(example[image_key])))
+            labels.append(int(example[label_key]))
     if not images:
         raise ValueError(f"tfds dataset {name!r} split {tfds_split!r} is empty.")
     images = _stack_images(images, target_size=None)
@@ -183,9 +198,14 @@ def list_folder(path):
     if not os.path.isdir(path):
         raise FileNotFoundError(f"Image folder {path!r} does not exist (expected one sub-folder per class).")
     class_names = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)) and not d.startswith("."))
+    for name in class_names:  # they become labels.txt, one per line, and the model's metadata
+        if name != name.strip() or not name.isprintable():  # not printable: also undecodable bytes, newlines
+            raise ValueError(f"Class folder {os.path.join(path, name)!r}: class names (folder names) must be "
+                             "printable UTF-8 without leading or trailing spaces; rename it.")
     files, labels = [], []
     for label, name in enumerate(class_names):
-        for root, _, names in sorted(os.walk(os.path.join(path, name))):
+        for root, dirs, names in os.walk(os.path.join(path, name)):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # .thumbnails, .@__thumb: image copies
             for file in sorted(names):
                 if file.lower().endswith(IMAGE_EXTENSIONS) and not file.startswith("."):
                     files.append(os.path.join(root, file))
@@ -199,16 +219,30 @@ def list_folder(path):
     return files, np.asarray(labels, np.int64), class_names
 
 
-def decode_image(path):
+def decode_image(path, size=None):
     """A uint8 (H, W, 1|3) array from an image file; raises on corrupt files.
 
     The pixels the app decodes on device (apps/images.py, which may not import this package): EXIF
     orientation applied, 16-bit data scaled by 1/257, float data taken as 0-1 when it fits, alpha composited
-    on white. tests/test_data.py checks that the two agree.
+    on white. tests/test_data.py checks that the two agree. ``size`` (h, w): decode a JPEG at a reduced
+    scale near it and resize to it, as the app prepares a model's input.
     """
+    from PIL import Image
+
+    array = _decode(path, size)
+    if size is None or array.shape[:2] == tuple(size):
+        return array
+    resized = Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
+    resized = resized.resize((size[1], size[0]), Image.BILINEAR, reducing_gap=3.0)
+    return np.asarray(resized).reshape(*size, array.shape[-1])
+
+
+def _decode(path, size):
     from PIL import Image, ImageOps
 
     with Image.open(path) as image:
+        if size is not None and image.format == "JPEG":
+            image.draft("RGB" if image.mode != "L" else "L", (size[1], size[0]))
         image = ImageOps.exif_transpose(image)
         image.load()
         if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
@@ -239,12 +273,18 @@ def _folder(path, split, seed, val_fraction, image_size, limit=None):
     files, labels, class_names = list_folder(path)
     train, val = split_indices(len(files), seed, val_fraction)
     chosen = train if split == "train" else val
+    if image_size is not None:
+        from .layers import pair
+
+        target = pair(image_size, "image_size")
+    else:
+        target = _common_size([files[i] for i in chosen], path)
     images, kept, skipped = [], [], []
     for i in chosen:
         if limit is not None and len(images) == int(limit):  # e.g. 300 calibration images of a big folder
             break
         try:
-            images.append(decode_image(files[i]))
+            images.append(decode_image(files[i], target))
             kept.append(labels[i])
         except Exception as error:  # Pillow raises many types for bad files
             skipped.append((files[i], f"{type(error).__name__}: {error}"))
@@ -252,9 +292,35 @@ def _folder(path, split, seed, val_fraction, image_size, limit=None):
         log.warning("Skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0][0])
     if not images:
         raise ValueError(f"No readable images in the {split!r} split of {path!r} ({len(skipped)} skipped).")
-    target = None
-    if image_size is not None:
-        from .layers import pair
-
-        target = pair(image_size, "image_size")
     return ArrayDataset(_stack_images(images, target), np.asarray(kept, np.int64), class_names, skipped)
+
+
+def folder_image_size(path):
+    """The (h, w) a folder's images decode to by default, from their headers: see ``_common_size``."""
+    return _common_size(list_folder(path)[0], path)
+
+
+def _common_size(files, path):
+    """The most common upright (h, w) of ``files``, read from their headers, scaled to at most MAX_SIDE."""
+    from PIL import Image
+
+    sizes = collections.Counter()
+    for file in files:
+        try:
+            with Image.open(file) as image:
+                (w, h), orientation = image.size, image.getexif().get(0x0112, 1)
+        except Exception:  # decoding reports it, with the reason
+            continue
+        sizes[(w, h) if orientation in (5, 6, 7, 8) else (h, w)] += 1
+    if not sizes:
+        return None
+    (h, w), _ = sizes.most_common(1)[0]
+    if len(sizes) > 1:
+        log.warning("Images in %s have %d different sizes; resizing all to the most common, %dx%d.",
+                    path, len(sizes), h, w)
+    scale = min(1.0, MAX_SIDE / max(h, w))
+    if scale < 1.0:
+        h, w = max(1, round(h * scale)), max(1, round(w * scale))
+        log.info("Decoding the images of %s at %dx%d (at most %d px a side; pass image_size for another size).",
+                 path, h, w, MAX_SIDE)
+    return h, w

@@ -97,8 +97,20 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(work, "logs"), update_freq="epoch"))
     # The backup decides where a rerun resumes, so it is written last: a kill before it means the epoch is
     # redone (and its history row replaced), never an epoch that resumes as done but was not logged.
-    callbacks.append(keras.callbacks.BackupAndRestore(os.path.join(work, "backup"), save_freq=backup_every))
+    # Keras writes it in place: double_checkpoint keeps the previous one to resume from when a kill cut the
+    # latest short. It is deleted by `remove_backup` once the final model is saved, not by Keras at fit's end.
+    callbacks.append(keras.callbacks.BackupAndRestore(backup_dir(out_dir, worker), save_freq=backup_every,
+                                                      double_checkpoint=True, delete_checkpoint=False))
     return callbacks
+
+
+def backup_dir(out_dir, worker=None):
+    return os.path.join(out_dir if worker is None else os.path.join(out_dir, f".{worker}"), "backup")
+
+
+def remove_backup(out_dir, worker=None):
+    """Delete a finished run's backup, after its model and config are written: a kill before then resumes."""
+    shutil.rmtree(backup_dir(out_dir, worker), ignore_errors=True)
 
 
 def clear_run(out_dir):
@@ -127,6 +139,17 @@ def clean_history(path):
             continue
         rows[int(line.split(",")[0])] = line
     write_text(path, "\n".join([header, *(rows[k] for k in sorted(rows))]) + "\n")
+
+
+def data_split(model_path):
+    """{seed, val_fraction} of the run that trained ``model_path`` (its config.json, beside it), or {}: a folder
+    dataset's held-out split is only the same split with the seed and fraction it was trained with."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {key: config[key] for key in ("seed", "val_fraction") if key in config}
 
 
 def write_json(path, data):

@@ -202,6 +202,18 @@ def build_model(num_classes, channels, data_size, model_name=None, image_size=No
     return create_model(model_name, image_size=image_size or data_size, weights=weights, **common, **(overrides or {}))
 
 
+def decode_size(data, model_name=None, image_size=None, weights=None):
+    """The size to decode folder images at, where the model's input size is known before they load: the
+    asked ``image_size``, or the quick recipe's size for the folder. None: the data's own size."""
+    if image_size is not None:
+        return pair(image_size, "image_size")
+    if model_name is None and not str(weights or "").endswith(".keras") and data.startswith("folder:"):
+        from .data import folder_image_size
+
+        return quick_image_size(folder_image_size(data[len("folder:"):]) or (28, 28))[0]
+    return None
+
+
 def check_weights(weights, model_name, overrides):
     """A .keras file brings its own architecture; any other checkpoint needs a named model to load into."""
     if not weights:
@@ -278,8 +290,9 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
         raise ValueError(f"`learning_rate` must be > 0; got {learning_rate}.")
     hp["learning_rate"] = learning_rate or scaled_learning_rate(defaults["base_lr"], hp["batch_size"])
 
-    train_data = load_dataset(data, "train", limit=limit, seed=seed, data_dir=data_dir, val_fraction=val_fraction)
-    val_data = load_dataset(data, "val", limit=limit, seed=seed, data_dir=data_dir, val_fraction=val_fraction)
+    sources = dict(limit=limit, seed=seed, data_dir=data_dir, val_fraction=val_fraction,
+                   image_size=decode_size(data, model_name, image_size, weights))
+    train_data, val_data = load_dataset(data, "train", **sources), load_dataset(data, "val", **sources)
     num_classes, channels = train_data.num_classes, train_data.images.shape[-1]
     data_size = train_data.images.shape[1:3]
     chief, task = worker_role(dist)
@@ -307,7 +320,8 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
             _prebuild(model, hp["batch_size"], num_classes)
 
     config = dict(data=data, model=model_name or "vit_quick", recipe=recipe, precision=precision, strategy=strategy,
-                  replicas=dist.num_replicas_in_sync, micro_batches=micro, seed=seed, limit=limit, weights=weights, vit=vit,
+                  replicas=dist.num_replicas_in_sync, micro_batches=micro, seed=seed, val_fraction=val_fraction,
+                  limit=limit, weights=weights, vit=vit,
                   class_names=train_data.class_names, train_examples=len(train_data.images),
                   val_examples=len(val_data.images), skipped_images=len(train_data.skipped) + len(val_data.skipped),
                   steps_per_epoch=steps_per_epoch, **hp)
@@ -343,6 +357,7 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
     if chief:
         runs.save_model(model, os.path.join(out_dir, "model.keras"))
         runs.write_json(config_path, config)
+    runs.remove_backup(out_dir, None if chief else task)
     return config
 
 

@@ -54,16 +54,22 @@ def model_inputs(model, images, pixels=True):
 
 
 def load_image(path, model):
-    """An image file as 0-255 float32 (H, W, C), resized and converted to the model's input size and channels."""
-    from PIL import Image
+    """An image file as 0-255 float32 (H, W, C) at the model's input size and channels, decoded as training
+    and the app decode it (EXIF orientation, 16-bit, alpha on white); a clear ValueError for unreadable files."""
+    from .data import decode_image
 
     height, width, channels = model.input_shape[1:]
     if channels not in (1, 3):
         raise ValueError(f"Only models with 1 or 3 input channels take image files; this one has {channels}.")
-    with Image.open(path) as image:
-        image = image.convert("L" if channels == 1 else "RGB").resize((width, height), Image.BILINEAR)
-        array = np.asarray(image, dtype="float32")
-    return array[..., None] if channels == 1 else array
+    try:
+        array = decode_image(path, (height, width)).astype("float32")
+    except Exception as error:  # Pillow raises many types for bad files
+        raise ValueError(f"{path}: not a readable image ({type(error).__name__}: {error})") from None
+    if array.shape[-1] == channels:
+        return array
+    if channels == 3:
+        return np.repeat(array, 3, axis=-1)
+    return (array @ np.array([0.2989, 0.587, 0.114], "float32"))[..., None]  # luma, as tf.image.rgb_to_grayscale
 
 
 # ----------------------------------------------------------------------------- attention rollout

@@ -14,8 +14,10 @@ def add_arguments(parser):
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N images")
     parser.add_argument("--data-dir", default=None, help="tfds data_dir")
-    parser.add_argument("--val-fraction", type=float, default=0.1, help="as used for training a folder dataset")
-    parser.add_argument("--seed", type=int, default=0, help="the folder split's seed, as used for training")
+    parser.add_argument("--val-fraction", type=float, default=None,
+                        help="a folder's held-out fraction (default: the training run's, from its config.json; else 0.1)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the folder split's seed (default: the training run's, from its config.json; else 0)")
 
 
 def run(args):
@@ -28,17 +30,21 @@ def run(args):
     from vit_keras.data import load_dataset
     from vit_keras.evaluation import evaluate_arrays, format_report
     from vit_keras.models import load_model
+    from vit_keras.runs import data_split
     from vit_keras.visualize import plot_confusion_matrix
 
     model = load_model(args.model)
-    data = load_dataset(args.data, args.split, limit=args.limit, seed=args.seed, data_dir=args.data_dir,
-                        val_fraction=args.val_fraction)
+    trained = data_split(args.model)
+    seed = args.seed if args.seed is not None else trained.get("seed", 0)
+    val_fraction = args.val_fraction if args.val_fraction is not None else trained.get("val_fraction", 0.1)
+    data = load_dataset(args.data, args.split, limit=args.limit, seed=seed, data_dir=args.data_dir,
+                        val_fraction=val_fraction, image_size=model.input_shape[1:3])
     labels_path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "labels.txt")
     if os.path.exists(labels_path):
         with open(labels_path) as f:
-            trained = [line.rstrip("\n") for line in f if line.strip()]
-        if trained != data.class_names:
-            print(f"warning: {labels_path} lists classes {trained[:4]}... but the data has {data.class_names[:4]}...")
+            names = [line.rstrip("\n") for line in f if line.strip()]
+        if names != data.class_names:
+            print(f"warning: {labels_path} lists classes {names[:4]}... but the data has {data.class_names[:4]}...")
     result = evaluate_arrays(model, data.images, data.labels, data.class_names, batch_size=args.batch_size)
     print(f"{args.model} on {args.data} ({args.split})")
     if data.skipped:

@@ -41,6 +41,7 @@ def run(args):
     heatmaps = visualize.attention_heatmap(model, images)
     logits = model.predict(visualize.model_inputs(model, images), verbose=0) if model.vit_config["include_top"] else None
     os.makedirs(args.out, exist_ok=True)
+    names = output_names(args.images)
     for index, path in enumerate(args.images):
         title = None
         if logits is not None:
@@ -48,9 +49,15 @@ def run(args):
             top = int(scores.argmax())
             name = labels[top] if labels and top < len(labels) else f"class {top}"
             title = f"{name} ({100 * scores[top] / scores.sum():.0f}%)"
-        stem = os.path.splitext(os.path.basename(path))[0]
         written = visualize.plot_attention_overlay(images[index], heatmaps[index],
-                                                   os.path.join(args.out, f"{stem}_attention.png"),
-                                                   title=title, alpha=args.alpha)
+                                                   os.path.join(args.out, names[index]), title=title, alpha=args.alpha)
         print(f"{path}: {title or ''} -> {written}")
     return 0
+
+
+def output_names(paths):
+    """``<stem>_attention.png`` per image; images of the same name from different folders are numbered."""
+    stems = [os.path.splitext(os.path.basename(path))[0] for path in paths]
+    repeated = {stem for stem in stems if stems.count(stem) > 1}
+    return [f"{stem}_{index}_attention.png" if stem in repeated else f"{stem}_attention.png"
+            for index, stem in enumerate(stems)]

@@ -26,9 +26,10 @@ def run(args):
     if args.quantize == "int8" and not args.calibration:
         raise ValueError("--quantize int8 (the default) needs --calibration DATA: the training data spec "
                          "(fashion_mnist, tfds:NAME or folder:PATH). Float modes need none.")
-    if args.calibration_size < 1:
-        raise ValueError(f"--calibration-size must be a positive integer; got {args.calibration_size}.")
-    from convert.export import export_tflite
+    from convert.export import MIN_CALIBRATION_IMAGES, export_tflite
+
+    if args.quantize == "int8" and args.calibration_size < MIN_CALIBRATION_IMAGES:  # before any data loads
+        raise ValueError(f"--calibration-size must be at least {MIN_CALIBRATION_IMAGES}; got {args.calibration_size}.")
 
     summary = export_tflite(
         args.model, args.out, quantize=args.quantize, calibration=args.calibration, labels=args.labels,

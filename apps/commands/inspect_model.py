@@ -35,7 +35,7 @@ def sample_images(args, model):
     from vit_keras.data import load_arrays
     from vit_keras.pipeline import fit_images
 
-    images, _, _ = load_arrays(args.data, split="test", limit=args.limit, seed=0)
+    images, _, _ = load_arrays(args.data, split="test", limit=args.limit, seed=0, image_size=model.input_shape[1:3])
     return fit_images(images, model.input_shape[1:3], model.input_shape[3]).astype("float32")
 
 
