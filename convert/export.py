@@ -32,6 +32,8 @@ INT8_FLOAT_NODES = ("layernorm_epsilon",)  # with RSQRT: LayerNorm's variance + 
 MIN_CALIBRATION_IMAGES = 100
 DEFAULT_CALIBRATION_IMAGES = 300
 METADATA_FIELDS = ("name", "description", "version", "license", "author")  # classifier_metadata's keywords
+BYTES_PER_WEIGHT = {"float32": 4, "float16": 2, "dynamic": 1, "int8": 1}
+FLATBUFFER_LIMIT = 2**31 - 2**26  # 2 GiB, less room for the graph and metadata (ViT-H/14 in float32 is 2.4 GiB)
 
 
 def load_vit(path):
@@ -326,6 +328,10 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
         raise ValueError("`labels` is required when exporting an in-memory model.")
     if isinstance(labels, (str, os.PathLike)):
         labels = read_labels_file(os.fspath(labels))
+    weight_bytes = model.count_params() * BYTES_PER_WEIGHT[quantize]
+    if weight_bytes >= FLATBUFFER_LIMIT:
+        raise ValueError(f"`quantize`={quantize!r} gives {model.count_params():,} weights of {weight_bytes / 2**30:.1f} "
+                         "GiB, over the 2 GiB a .tflite flatbuffer holds; use float16, dynamic or int8.")
     num_classes = model.vit_config["num_classes"]
     if len(labels) != num_classes:
         raise ValueError(f"`labels` has {len(labels)} names but the model has {num_classes} classes.")

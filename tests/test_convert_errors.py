@@ -76,7 +76,12 @@ def test_calibration_leaves_the_callers_array_alone_and_takes_whole_pixels(vit_f
     assert np.all(rgb == 100.0), "pinning the input range wrote into the caller's array"
 
 
-def test_wrong_settings_fail_before_any_work(vit_file, tmp_path, capsys):
+def test_wrong_settings_fail_before_any_work(vit_file, tmp_path, capsys, monkeypatch):
+    params = tflite_export.load_vit(vit_file).count_params()
+    monkeypatch.setattr(tflite_export, "FLATBUFFER_LIMIT", 3 * params)  # as ViT-H/14 meets the 2 GiB in float32
+    with pytest.raises(ValueError, match="over the 2 GiB a .tflite flatbuffer holds; use float16"):
+        tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="float32")
+    monkeypatch.undo()
     with pytest.raises(ValueError, match="`calibration_size` must be at least 100"):
         tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8", calibration=images(500),
                                     calibration_size=50)
