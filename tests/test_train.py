@@ -145,47 +145,40 @@ class CrashAtEpochEnd(keras.callbacks.Callback):
             raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("position", [2, 4, 5])  # before the checkpoint, before the backup, after all
-def test_a_kill_anywhere_in_an_epoch_end_resumes_with_every_epoch_logged_once(fashion, tmp_path, position):
+def fit_run(fashion, folder, epochs=3, crash_at=None):
+    """A tiny model fitted with the run directory's callbacks in ``folder`` (a rerun resumes); ``crash_at``
+    puts a stand-in for a kill at that place among the callbacks."""
     images, labels, _ = fashion
     data = make_dataset(images[:128], labels[:128], 10, batch_size=64, training=True, augment="none")
+    keras.utils.set_random_seed(0)
+    model = tiny_model()
+    train.compile_model(model, 1e-3, jit_compile=False)
+    callbacks = runs.make_callbacks(str(folder), 64, tensorboard=False)
+    if crash_at is not None:
+        callbacks.insert(min(crash_at, len(callbacks)), CrashAtEpochEnd())
+    model.fit(data, epochs=epochs, callbacks=callbacks, verbose=0, shuffle=False)
 
-    def fit(crash):
-        keras.utils.set_random_seed(0)
-        model = tiny_model()
-        train.compile_model(model, 1e-3, jit_compile=False)
-        callbacks = runs.make_callbacks(str(tmp_path), 64, tensorboard=False)
-        if crash:
-            callbacks.insert(min(position, len(callbacks)), CrashAtEpochEnd())
-        model.fit(data, epochs=3, callbacks=callbacks, verbose=0, shuffle=False)
 
+def logged_epochs(folder):
+    runs.clean_history(folder / "history.csv")
+    return [row.split(",")[0] for row in (folder / "history.csv").read_text().splitlines()[1:]]
+
+
+@pytest.mark.parametrize("position", [2, 4, 5])  # before the checkpoint, before the backup, after all
+def test_a_kill_anywhere_in_an_epoch_end_resumes_with_every_epoch_logged_once(fashion, tmp_path, position):
     with pytest.raises(KeyboardInterrupt):
-        fit(crash=True)
-    fit(crash=False)
-    runs.clean_history(tmp_path / "history.csv")
-    rows = (tmp_path / "history.csv").read_text().splitlines()
-    assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]
+        fit_run(fashion, tmp_path, crash_at=position)
+    fit_run(fashion, tmp_path)
+    assert logged_epochs(tmp_path) == ["0", "1", "2"]
 
 
 def test_a_backup_cut_short_by_a_kill_resumes_from_the_one_before(fashion, tmp_path):
-    images, labels, _ = fashion
-    data = make_dataset(images[:128], labels[:128], 10, batch_size=64, training=True, augment="none")
-
-    def fit(epochs):
-        keras.utils.set_random_seed(0)
-        model = tiny_model()
-        train.compile_model(model, 1e-3, jit_compile=False)
-        model.fit(data, epochs=epochs, callbacks=runs.make_callbacks(str(tmp_path), 64, tensorboard=False),
-                  verbose=0, shuffle=False)
-        return model
-
-    fit(2)
+    fit_run(fashion, tmp_path, epochs=2)
     assert (tmp_path / "backup").is_dir(), "the backup must outlive fit: train() removes it after the final save"
     latest = tmp_path / "backup" / "latest.weights.h5"
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # a kill in the middle of the save
-    fit(3)  # resumes from the previous backup instead of failing on the truncated file
-    rows = runs.clean_history(tmp_path / "history.csv") or (tmp_path / "history.csv").read_text().splitlines()
-    assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]
+    fit_run(fashion, tmp_path)  # resumes from the previous backup instead of failing on the truncated file
+    assert logged_epochs(tmp_path) == ["0", "1", "2"]
     runs.remove_backup(str(tmp_path))
     assert not (tmp_path / "backup").exists()
 
