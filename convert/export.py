@@ -269,7 +269,8 @@ def classifier_metadata(model, labels, quantize, input_dtype, name=None, descrip
                 "description": f"RGB image {height}x{width}, " + (
                     "raw 0-255 pixels." if raw else "normalized as (pixel - mean) / std."),
                 "content": {"content_properties_type": "ImageProperties",
-                            "content_properties": {"color_space": "RGB"}},
+                            "content_properties": {"color_space": "RGB",
+                                                   "default_size": {"width": width, "height": height}}},
                 "process_units": [{"options_type": "NormalizationOptions",
                                    "options": {"mean": mean, "std": std}}],
                 "stats": {"max": [high], "min": [low]},

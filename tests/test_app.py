@@ -101,10 +101,14 @@ def test_exif_rotation_is_applied(models, tmp_path, capsys):
 
 
 def test_huge_image_is_classified_quickly(models, tmp_path, capsys):
+    from apps.images import load_image
+
     with Image.open(FOOLBOX / "imagenet_00_243.jpg") as photo:
         photo.convert("RGB").resize((7000, 5000)).save(tmp_path / "huge.jpg", quality=80)  # 35 MP
     code, out = classify_json(capsys, models["float16"], tmp_path / "huge.jpg")
-    assert code == 0 and out["results"][0]["total_ms"] < 5000
+    assert code == 0 and out["results"][0]["total_ms"] < 15000  # loose: two test workers share two cores
+    decoded, original = load_image(tmp_path / "huge.jpg", target_size=(28, 28))
+    assert original == (7000, 5000) and decoded.size == (875, 625)  # JPEG draft: decoded at 1/8 scale
 
 
 def test_bad_inputs_get_clear_messages_and_the_rest_still_run(models, tmp_path, capsys):

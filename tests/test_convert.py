@@ -82,7 +82,8 @@ def test_mediapipe_image_classifier_matches_keras(exported, reference, fashion, 
     test = fashion[2]
     options = vision.ImageClassifierOptions(base_options=BaseOptions(model_asset_path=str(exported[mode])),
                                             max_results=1)
-    chosen = confident(reference, 0.02 if mode in ("float32", "float16") else 0.15)[:40]
+    # Every image in float32; near-ties (which quantization may flip) left out of the quantized modes.
+    chosen = confident(reference, {"float32": -1.0, "float16": 0.02}.get(mode, 0.15))[:200 if mode == "float32" else 40]
     assert len(chosen) >= 20
     with vision.ImageClassifier.create_from_options(options) as classifier:
         for i in chosen:
@@ -115,15 +116,43 @@ def test_exported_signature_and_metadata(exported, mode):
     assert (mean, std) == (([0.0], [1.0]) if mode == "int8" else ([127.5], [127.5]))
     assert tflite_metadata.read_labels(str(exported[mode])) == LABELS
     assert set(files) == {"labels.txt"}
+    check_with_published_schema(exported[mode], mode)
     # One XNNPACK partition: the class-token readout's SLICEs and the attention's BATCH_MATMULs included.
     assert set(delegation_report(exported[mode])["fallback"]) <= {"QUANTIZE"}, mode
+
+
+def check_with_published_schema(path, mode):
+    """Read the metadata with the code flatc generated from the published metadata_schema.fbs (shipped in the
+    mediapipe wheel), not with our own reader: a field in the wrong slot would round-trip through ours."""
+    from mediapipe.tasks.metadata import metadata_schema_py_generated as fbs
+
+    buffer = tflite_metadata._find_metadata_buffer(path.read_bytes())
+    assert fbs.ModelMetadata.ModelMetadataBufferHasIdentifier(buffer, 0)
+    meta = fbs.ModelMetadataT.InitFromPackedBuf(bytearray(buffer), 0)
+    assert (meta.name, meta.version, meta.license) == (b"vit_ti16", b"1", b"Apache-2.0") and meta.description
+    assert meta.minParserVersion == b"1.0.0"
+    image = meta.subgraphMetadata[0].inputTensorMetadata[0]
+    assert image.content.contentPropertiesType == fbs.ContentProperties.ImageProperties
+    assert image.content.contentProperties.colorSpace == fbs.ColorSpaceType.RGB
+    assert (image.content.contentProperties.defaultSize.width, image.content.contentProperties.defaultSize.height) \
+        == (28, 28)
+    unit = image.processUnits[0]
+    assert unit.optionsType == fbs.ProcessUnitOptions.NormalizationOptions
+    assert (list(unit.options.mean), list(unit.options.std)) == (([0.0], [1.0]) if mode == "int8" else
+                                                                 ([127.5], [127.5]))
+    scores = meta.subgraphMetadata[0].outputTensorMetadata[0]
+    assert [(f.name, f.type) for f in scores.associatedFiles] == [(b"labels.txt", fbs.AssociatedFileType.TENSOR_AXIS_LABELS)]
 
 
 def test_float32_equals_keras_and_int8_close(exported, reference, fashion):
     float_scores = predict(exported["float32"], fashion[2])
     assert np.abs(float_scores - reference).max() < 1e-4
+    # This 2-epoch model has many near-ties (the trained default reaches 99.5%, see the README): measured 94.5%
+    # int8, 99% dynamic and 100% float16 agreement on these 200 test images.
     int8_scores = predict(exported["int8"], fashion[2])
-    assert np.mean(int8_scores.argmax(-1) == reference.argmax(-1)) > 0.9
+    assert np.mean(int8_scores.argmax(-1) == reference.argmax(-1)) > 0.92
+    for mode, bound in (("float16", 0.995), ("dynamic", 0.97)):
+        assert np.mean(predict(exported[mode], fashion[2]).argmax(-1) == reference.argmax(-1)) >= bound, mode
     assert os.path.getsize(exported["int8"]) < 0.7 * os.path.getsize(exported["float32"])  # tiny: graph overhead dominates
 
 

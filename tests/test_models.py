@@ -120,6 +120,8 @@ def test_micro_batched_inference_rejects_bad_arguments():
         vit_keras.predict_function(tiny(), micro_batches=0)
     with pytest.raises(ValueError, match="empty"):
         vit_keras.predict(tiny(), np.zeros((0, 32, 32, 3), "float32"))
+    with pytest.raises(ValueError, match="`batch_size` must be a positive int"):
+        vit_keras.predict(tiny(), np.zeros((2, 32, 32, 3), "float32"), batch_size=0)
 
 
 def test_save_load_round_trip_safe_mode(tmp_path):
@@ -182,6 +184,10 @@ def test_resize_model_keeps_predictions_at_the_same_size_and_runs_at_a_new_one()
     (dict(stem="conv", patch_size=(8, 4)), r"`patch_size` must be square"),
     (dict(stem="r26", patch_size=16, image_size=64), r"'r26' downsamples by 32 .* `patch_size` must be 32"),
     (dict(stem="r26", patch_size=32, image_size=48), r"not divisible by the 'r26' stem's stride 32"),
+    (dict(dropout=1.0), r"`dropout` is a rate: it must be in \[0, 1\); got 1.0"),
+    (dict(attention_dropout=-0.1), r"`attention_dropout` is a rate"),
+    (dict(drop_path=5.0), r"`drop_path` is a rate"),
+    (dict(norm_epsilon=-1), r"`norm_epsilon` must be > 0"),
 ])
 def test_invalid_configs_raise_at_build_time(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -87,7 +87,11 @@ def test_precision_policies_train_close_to_float32(fashion):
         before, after, model = fit_steps(fashion, precision)
         assert after < before and abs(after - reference) < 0.1 * reference, (precision, after, reference)
         assert model.get_layer("head").compute_dtype == "float32"  # logits in float32
-        assert model.get_layer("encoderblock_0").compute_dtype == precision.split("_")[1]
+        block = model.get_layer("encoderblock_0")
+        assert block.compute_dtype == precision.split("_")[1]
+        wide = keras.ops.cast(np.tile([300.0, -300.0], (1, 4, TINY["hidden_size"] // 2)), block.compute_dtype)
+        normed = keras.ops.convert_to_numpy(keras.ops.cast(block.norm1(wide), "float32"))
+        assert np.isfinite(normed).all(), precision  # a variance of 9e4 overflows float16: statistics in float32
         if precision == "mixed_float16":
             assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
 
@@ -219,13 +223,18 @@ def test_bad_crop_scale_fails_before_anything_is_loaded_or_written(crop_scale, t
 
 
 def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):
-    saved = train.build_model(10, 1, (28, 28), overrides=dict(num_layers=1))
+    saved = train.build_model(10, 1, (28, 28), drop_path=0.2, overrides=dict(num_layers=2))
     saved.save(tmp_path / "base.keras")
     tuned = train.build_model(3, 1, (28, 28), weights=str(tmp_path / "base.keras"), drop_path=0.1)
     assert tuned.get_config()["num_classes"] == 3 and tuned.get_config()["drop_path"] == 0.1
     for source, target in zip(saved.layers, tuned.layers):
         if target.name != "head":
             assert all(np.array_equal(a, b) for a, b in zip(source.get_weights(), target.get_weights()))
+        else:  # the paper's zero-initialized head
+            assert not any(np.any(w) for w in target.get_weights())
+    kept = train.train("fashion_mnist", str(tmp_path / "kept"), weights=str(tmp_path / "base.keras"), epochs=1,
+                       limit=128, batch_size=64, augment="none", jit_compile=False, verbose=0, tensorboard=False)
+    assert kept["drop_path"] == 0.2 and kept["vit"]["drop_path"] == 0.2  # not the recipe's 0.0
     for weights, model_name, overrides, message in [
             ("vit.npz", None, None, "pass `model_name`"),
             (str(tmp_path / "base.keras"), None, dict(num_layers=2), "its own architecture"),
@@ -340,29 +349,71 @@ def test_mirrored_strategy_averages_gradients_over_the_global_batch():
     assert figures["sgd_gap"] < 1e-4 and figures["sgd_step"] > 1e-2, figures  # the same steps, and real ones
 
 
-def free_port():
-    with socket.socket() as s:
+MULTI_WORKER_SGD = """
+import sys, numpy as np, keras
+from vit_keras import train
+from vit_keras.data import load_dataset
+from vit_keras.pipeline import make_dataset
+# SGD, unlike Adam, is linear in the gradient: workers that never synced, or summed their gradients instead of
+# averaging them over the global batch, end far from one worker's weights.
+strategy = train.get_strategy(sys.argv[2])
+data = load_dataset("fashion_mnist", "train", limit=256)
+plain = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, stem=None)  # no BatchNorm
+with strategy.scope():
+    model = train.build_model(10, 1, (28, 28), overrides=plain)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+                  jit_compile=False)
+    if sys.argv[2] == "multi_worker":
+        train._prebuild(model, 64, 10)
+model.fit(make_dataset(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
+start = train.build_model(10, 1, (28, 28), overrides=plain).get_weights()
+np.savez(sys.argv[1], *model.get_weights(), step=max(float(np.abs(a - b).max()) for a, b in zip(model.get_weights(), start)))
+"""
+
+
+def run_workers(commands, timeout=600):
+    """One MultiWorkerMirroredStrategy worker process per command (argv lists), on 127.0.0.1; returns their
+    outputs after checking that they all succeeded."""
+    sockets = [socket.socket() for _ in commands]
+    for s in sockets:  # hold every port until all are chosen, so no two are the same
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    workers = [f"127.0.0.1:{s.getsockname()[1]}" for s in sockets]
+    for s in sockets:
+        s.close()
+    processes = []
+    for index, command in enumerate(commands):
+        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+        processes.append(subprocess.Popen(command, cwd=ROOT, env={**os.environ, "TF_CONFIG": tf_config},
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [process.communicate(timeout=timeout) for process in processes]
+    for process, (_, err) in zip(processes, outputs):
+        assert process.returncode == 0, err[-3000:]
+    return outputs
+
+
+@pytest.mark.slow
+def test_multi_worker_sgd_steps_equal_one_workers(tmp_path):
+    one = subprocess.run([sys.executable, "-c", MULTI_WORKER_SGD, str(tmp_path / "one.npz"), "default"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    with np.load(tmp_path / "one.npz") as reference:
+        expected, step = [reference[f"arr_{i}"] for i in range(len(reference.files) - 1)], float(reference["step"])
+    paths = [str(tmp_path / f"worker{index}.npz") for index in range(2)]
+    run_workers([[sys.executable, "-c", MULTI_WORKER_SGD, path, "multi_worker"] for path in paths])
+    for path in paths:
+        with np.load(path) as worker:
+            gap = max(float(np.abs(worker[f"arr_{i}"] - w).max()) for i, w in enumerate(expected))
+        assert gap < 1e-4 and step > 1e-2, (gap, step)  # the same steps, and real ones
 
 
 @pytest.mark.slow
 def test_multi_worker_mirrored_two_processes_match_one_worker(tmp_path):
     args = ["train", "--data", "fashion_mnist", "--limit", "256", "--epochs", "1", "--batch-size", "64", "--lr", "1e-3",
             "--augment", "none", "--no-jit", "--quiet", *TINY_ARGS]  # a fixed LR, as in MIRRORED
-    workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-    processes = []
-    for index in range(2):
-        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "apps.cli", *args, "--strategy", "multi_worker", "--out", str(tmp_path / "two")],
-            cwd=ROOT, env={**os.environ, "TF_CONFIG": tf_config}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True))
     one = run_cli(*args, "--strategy", "default", "--out", str(tmp_path / "one"))
-    outputs = [p.communicate(timeout=600) for p in processes]
     assert one.returncode == 0, one.stderr[-2000:]
-    for p, (_, err) in zip(processes, outputs):
-        assert p.returncode == 0, err[-3000:]
+    run_workers([[sys.executable, "-m", "apps.cli", *args, "--strategy", "multi_worker", "--out",
+                  str(tmp_path / "two")]] * 2)
     config = json.loads((tmp_path / "two" / "config.json").read_text())
     assert config["replicas"] == 2
     a = keras.saving.load_model(tmp_path / "one" / "model.keras", compile=False).get_weights()

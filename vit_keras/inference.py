@@ -55,6 +55,8 @@ def predict_function(model, micro_batches=4, jit_compile=True):
 
 def predict(model, data, batch_size=32, micro_batches=4, jit_compile=True):
     """Outputs for a numpy array of images, or a ``tf.data`` dataset of images or (images, labels)."""
+    if int(batch_size) < 1:
+        raise ValueError(f"`batch_size` must be a positive int; got {batch_size}.")
     run = predict_function(model, micro_batches, jit_compile)
     if isinstance(data, tf.data.Dataset):
         batches = (element[0] if isinstance(element, tuple) else element for element in data)

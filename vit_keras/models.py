@@ -108,6 +108,11 @@ class VisionTransformer(keras.Model):
                 raise ValueError(f"`{key}` must be a positive int; got {value}.")
         if hidden_size % num_heads:
             raise ValueError(f"`hidden_size`={hidden_size} must be divisible by `num_heads`={num_heads}.")
+        for key, value in dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path).items():
+            if not 0.0 <= float(value) < 1.0:
+                raise ValueError(f"`{key}` is a rate: it must be in [0, 1); got {value}.")
+        if not float(norm_epsilon) > 0:
+            raise ValueError(f"`norm_epsilon` must be > 0; got {norm_epsilon}.")
         if include_top and int(num_classes) < 1:
             raise ValueError(f"`num_classes` must be >= 1 with include_top=True; got {num_classes}.")
         if class_token is None:

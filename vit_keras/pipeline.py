@@ -61,11 +61,16 @@ def make_dataset(
     if (mixup or cutmix) and not one_hot:
         raise ValueError("`mixup`/`cutmix` mix labels, so they need `one_hot=True`.")
     images, labels = np.asarray(images), np.asarray(labels, np.int64)
+    if int(num_classes) < 1 or (labels.size and not 0 <= labels.min() <= labels.max() < int(num_classes)):
+        raise ValueError(f"`labels` must be class indices in [0, `num_classes`={num_classes}); got values in "
+                         f"[{labels.min() if labels.size else '-'}, {labels.max() if labels.size else '-'}].")
+    if mixup < 0 or cutmix < 0:
+        raise ValueError(f"`mixup` and `cutmix` must be >= 0 (0 = off); got {mixup} and {cutmix}.")
     if images.ndim == 3:
         images = images[..., None]
     if images.ndim != 4 or len(images) != len(labels):
         raise ValueError(f"Expected images (N, H, W, C) and labels (N,); got {images.shape} and {labels.shape}.")
-    if int(batch_size) < 1:
+    if int(batch_size) != batch_size or int(batch_size) < 1:
         raise ValueError(f"`batch_size` must be a positive int; got {batch_size}.")
     size = pair(image_size, "image_size") if image_size is not None else images.shape[1:3]
     channels = int(channels or images.shape[-1])
@@ -93,8 +98,8 @@ def make_dataset(
         x = fit_batch(x, size, channels)
         if augment != "none" and flip:
             x = random_flip(x, batch_seed + 1)
-        if rand_augment is not None:
-            x = rand_augment(x, training=True)
+        if rand_augment is not None:  # per image: on a batch, Keras draws one set of ops for all of it
+            x = tf.map_fn(lambda image: rand_augment(image, training=True), x, parallel_iterations=1)
         x = tf.clip_by_value(x, 0.0, 255.0)
         if one_hot:
             y = tf.one_hot(y, num_classes, dtype=tf.float32)
@@ -153,20 +158,22 @@ def random_resized_crop(x, size, scale, seed, ratio=(3 / 4, 4 / 3)):
     w = tf.minimum(tf.sqrt(area * aspect), 1.0)
     top = tf.random.stateless_uniform([n], seeds[2]) * (1.0 - h)
     left = tf.random.stateless_uniform([n], seeds[3]) * (1.0 - w)
-    # crop_and_resize puts the first/last samples exactly on the box corners (in units of H - 1), so
-    # place the corners on the centres of the first/last output pixels: a full box is then the identity.
+    # crop_and_resize puts the first/last samples exactly on the box corners (in units of H - 1), so place the
+    # corners on the centres of the first/last output pixels: a full box is then the identity. An enlarged crop's
+    # edge samples then fall up to half a pixel outside the image, where crop_and_resize writes black: a 1-pixel
+    # border that repeats the edge (coordinates shifted by 1) gives them the edge pixel, as tf.image.resize does.
     height, width = tf.cast(tf.shape(x)[1], tf.float32), tf.cast(tf.shape(x)[2], tf.float32)
     out_h, out_w = float(size[0]), float(size[1])
 
     def corners(start, extent, pixels, out):
-        first = (start + 0.5 * extent / out) * pixels - 0.5
-        last = (start + extent - 0.5 * extent / out) * pixels - 0.5
-        return first / tf.maximum(pixels - 1.0, 1.0), last / tf.maximum(pixels - 1.0, 1.0)
+        first = (start + 0.5 * extent / out) * pixels + 0.5  # - 0.5 to the pixel centre, + 1 for the border
+        last = (start + extent - 0.5 * extent / out) * pixels + 0.5
+        return first / (pixels + 1.0), last / (pixels + 1.0)  # the bordered image is pixels + 2 wide
 
     y1, y2 = corners(top, h, height, out_h)
     x1, x2 = corners(left, w, width, out_w)
-    boxes = tf.stack([y1, x1, y2, x2], axis=1)
-    return tf.image.crop_and_resize(x, boxes, tf.range(n), size)
+    bordered = tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
+    return tf.image.crop_and_resize(bordered, tf.stack([y1, x1, y2, x2], axis=1), tf.range(n), size)
 
 
 def random_flip(x, seed):

@@ -229,7 +229,7 @@ def check_weights(weights, model_name, overrides):
 
 
 def finetune_from(path, num_classes, image_size=None, drop_path=None):
-    """A saved VisionTransformer, resized to ``image_size``, with a fresh head for ``num_classes`` and the
+    """A saved VisionTransformer, resized to ``image_size``, with a zero head for ``num_classes`` and the
     given ``drop_path`` (None: the saved one)."""
     from .models import VisionTransformer, load_model, resize_model
 
@@ -244,6 +244,8 @@ def finetune_from(path, num_classes, image_size=None, drop_path=None):
         for source, target in zip(model.layers, fresh.layers):
             if target.name != "head" or "num_classes" not in changes:
                 target.set_weights(source.get_weights())
+            else:  # the paper's fine-tuning: a zero-initialized D x K head (section 3.2)
+                target.set_weights([np.zeros_like(w) for w in target.get_weights()])
         model = fresh
     return model
 
@@ -284,8 +286,15 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
                            micro_batches=micro_batches).items():
         if int(value) < 1:
             raise ValueError(f"`{key}` must be a positive int; got {value}.")
-    if hp["warmup_epochs"] < 0:
-        raise ValueError(f"`warmup_epochs` must be >= 0; got {hp['warmup_epochs']}.")
+    for key, valid, bounds in (("warmup_epochs", hp["warmup_epochs"] >= 0, ">= 0"),
+                               ("weight_decay", hp["weight_decay"] >= 0, ">= 0"),
+                               ("label_smoothing", 0 <= hp["label_smoothing"] < 1, "in [0, 1)"),
+                               ("drop_path", 0 <= hp["drop_path"] < 1, "in [0, 1)"),
+                               ("mixup", hp["mixup"] >= 0, ">= 0"), ("cutmix", hp["cutmix"] >= 0, ">= 0")):
+        if not valid:  # before any data loads
+            raise ValueError(f"`{key}` must be {bounds}; got {hp[key]}.")
+    # A saved model fine-tuned without `drop_path` keeps its own (the recipe's default is for new models).
+    keep_drop_path = drop_path is None and str(weights or "").endswith(".keras")
     if learning_rate is not None and not learning_rate > 0:
         raise ValueError(f"`learning_rate` must be > 0; got {learning_rate}.")
     hp["learning_rate"] = learning_rate or scaled_learning_rate(defaults["base_lr"], hp["batch_size"])
@@ -300,9 +309,11 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
     config_path = os.path.join(out_dir, "config.json")
 
     with dist.scope():
-        model = build_model(num_classes, channels, data_size, model_name, image_size, recipe, hp["drop_path"],
+        model = build_model(num_classes, channels, data_size, model_name, image_size, recipe,
+                            None if keep_drop_path else hp["drop_path"],
                             weights, seed, model_overrides)
         vit = model.get_config()
+        hp["drop_path"] = vit["drop_path"]
         steps_per_epoch = len(train_data.images) // hp["batch_size"]
         if steps_per_epoch < 1:
             raise ValueError(f"`batch_size`={hp['batch_size']} is larger than the {len(train_data.images)} "

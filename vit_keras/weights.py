@@ -9,9 +9,9 @@ Every format is first read into one canonical layout (google-research/vision_tra
 names and shapes, see ``weights_google``), then checked against the model as a whole:
 nothing is assigned until every array fits, so a model is never left half-loaded.
 What may legitimately differ is handled, with a warning, the paper's way:
-  * another number of classes (or a checkpoint without a head): the head is skipped and keeps
-    its fresh initialization, and so is a checkpoint's ``pre_logits`` layer if the model has none
-    (fine-tuning replaces the whole head, section 3.2);
+  * another number of classes (or a checkpoint without a head): the head is skipped and starts at
+    zero, and so is a checkpoint's ``pre_logits`` layer skipped if the model has none (fine-tuning
+    replaces the whole head with a zero-initialized one, section 3.2);
   * another image size: the position embedding is resampled to the model's grid with
     ``resize_position_embedding`` (2-D bicubic, a = -0.5, antialiased: PyTorch's
     ``interpolate(mode="bicubic", antialias=True)``, timm's ``resample_abs_pos_embed`` default).
@@ -171,6 +171,11 @@ def load_weights(model, weights, cache_dir=None, sha256=None):
     plan = plan_assignment(model, checkpoint, source=path)
     for variable, value in plan:
         variable.assign(value)
+    if "head" in [layer.name for layer in model.layers]:
+        head, assigned = model.get_layer("head"), {id(variable) for variable, _ in plan}
+        if id(head.kernel) not in assigned:  # a skipped head: the paper's zero-initialized D x K layer
+            for variable in (head.kernel, head.bias):
+                variable.assign(np.zeros(variable.shape, variable.dtype))
     return model
 
 
@@ -189,11 +194,12 @@ def _adapt(model, checkpoint, expected):
 def _skip_head(checkpoint, expected):
     head, model_head = checkpoint.get("head/kernel"), expected.get("head/kernel")
     if model_head is not None and head is None:
-        _warn("The checkpoint has no classification head: the model's head keeps its fresh initialization.")
+        _warn("The checkpoint has no classification head: the model's head starts at zero (fine-tuning, as the "
+              "paper's section 3.2 does).")
     elif model_head is not None and head.ndim == 2 and head.shape != model_head.shape \
             and head.shape[0] == model_head.shape[0]:
         _warn(f"Skipping the checkpoint's head: it has {head.shape[1]} classes and the model {model_head.shape[1]} "
-              "(fine-tuning); the model's head keeps its fresh initialization.")
+              "(fine-tuning); the model's head starts at zero, as in the paper's section 3.2.")
     elif model_head is not None or head is None:
         return  # both have the same head, or neither has one
     # else include_top=False: the features are what was asked for
