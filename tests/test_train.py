@@ -11,6 +11,7 @@ import time
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import vit_keras
 from apps import cli
@@ -281,6 +282,49 @@ def test_sigkill_mid_epoch_then_rerun_resumes_to_the_full_epoch_count(tmp_path):
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert "accuracy" in evaluated.stdout and "Ankle boot" in evaluated.stdout
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert list((out / "logs").rglob("events.out.tfevents*")), "no TensorBoard logs"
+
+
+@pytest.mark.slow
+def test_a_folder_of_photos_trains_and_ships_with_its_folder_names(fashion, tmp_path):
+    """folder:PATH end to end: JPEGs of another size and a corrupt file train; labels.txt, the int8 file's
+    metadata and the app's answers carry the sub-folder names."""
+    from PIL import Image
+
+    from apps.classifier import Classifier
+    from convert.metadata import read_labels
+
+    images, labels, names = fashion
+    classes = {0: "t-shirt", 1: "trouser", 8: "bag"}
+    for label, name in classes.items():
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i, index in enumerate(np.flatnonzero(labels == label)[:45]):
+            Image.fromarray(images[index, ..., 0]).convert("RGB").resize((40, 40)).save(
+                tmp_path / "photos" / name / f"{i}.jpg", quality=95)
+    (tmp_path / "photos" / "bag" / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    out, data = tmp_path / "run", f"folder:{tmp_path / 'photos'}"
+    trained = run_cli("train", "--data", data, "--epochs", "2", "--batch-size", "16", "--out", str(out), "--no-jit",
+                      "--quiet", *TINY_ARGS)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    config = json.loads((out / "config.json").read_text())
+    assert config["skipped_images"] == 1 and config["vit"]["image_size"] == [64, 64]  # 40 px -> the quick 64
+    assert (out / "labels.txt").read_text().splitlines() == sorted(classes.values())
+    exported = run_cli("export", str(out / "model.keras"), "--calibration", data, "--calibration-size", "100",
+                       "--out", str(tmp_path / "photos.tflite"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert read_labels(str(tmp_path / "photos.tflite")) == sorted(classes.values())
+    top = Classifier(tmp_path / "photos.tflite").classify(tmp_path / "photos" / "trouser" / "0.jpg").top
+    assert {label for label, _ in top} == set(classes.values())
+
+
+def test_strategy_choice_and_the_quick_recipes_sizes():
+    assert train.get_strategy("auto") is tf.distribute.get_strategy()  # no TPU, no GPUs here
+    with pytest.raises(ValueError, match="needs the TF_CONFIG"):
+        train.get_strategy("multi_worker")
+    with pytest.raises(ValueError, match="valid values are 'auto', 'default'"):
+        train.get_strategy("horovod")
+    sizes = {side: train.quick_image_size((side, side)) for side in (8, 28, 32, 40, 96)}
+    assert sizes == {8: ((28, 28), 4), 28: ((28, 28), 4), 32: ((32, 32), 4), 40: ((64, 64), 8), 96: ((64, 64), 8)}
 
 
 MIRRORED = """
