@@ -136,6 +136,11 @@ def test_custom_ops_are_named():
     assert tflite_export.unsupported_ops(converter.convert()) == ["Svd"]
 
 
+def test_a_model_the_runtime_rejects_is_refused_before_writing():
+    with pytest.raises(ValueError, match="LiteRT rejects the `quantize`='int8' model"):
+        tflite_export.check_runtime(b"TFL3 but not a model at all", "int8")
+
+
 def test_cli_export_and_verify(vit_file, tmp_path, capsys):
     out = tmp_path / "m.tflite"
     assert cli.main(["export", str(vit_file), "--quantize", "float16", "--out", str(out)]) == 0
