@@ -62,6 +62,5 @@ def reexec_with_tcmalloc():
     env.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
     sys.stdout.flush()
     sys.stderr.flush()
-    spec = getattr(sys.modules["__main__"], "__spec__", None)
-    start = ["-m", spec.name] if spec is not None else [sys.argv[0]]
-    os.execve(sys.executable, [sys.executable, *start, *sys.argv[1:]], env)
+    # The same command line, interpreter options (-u, -X, -W) and `-m module` or script included.
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

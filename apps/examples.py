@@ -54,10 +54,15 @@ def fashion_mnist_examples(out_dir, count=10):
     for i, (image, label) in enumerate(zip(images, labels)):
         name = FASHION_CLASSES[label]
         path = out_dir / f"fashion_mnist_test_{i:02d}_{name.replace('/', '-').replace(' ', '_')}.png"
-        if not path.exists():
-            tmp = path.with_suffix(".tmp.png")
-            Image.fromarray(image, "L").save(tmp)
-            os.replace(tmp, path)
+        if not path.exists():  # a temp file of its own: two processes may fill the same cache at once
+            handle, tmp = tempfile.mkstemp(dir=out_dir, suffix=".png")
+            os.close(handle)
+            try:
+                Image.fromarray(image, "L").save(tmp)
+                os.replace(tmp, path)
+            except BaseException:
+                os.remove(tmp)
+                raise
         examples.append((str(path), f"Fashion-MNIST: {name}"))
     return examples
 

@@ -128,7 +128,8 @@ def write_report(store, path):
               "(as in Xiao et al. 2021). Train times ran under different loads from other jobs, so compare FLOPs, "
               "not seconds.",
               "",
-              "Its BatchNorm layers need care after so short a training: with Keras' default momentum 0.99 their "
+              "Its BatchNorm layers need care after so short a training: with Keras' default momentum 0.99 (the conv stem's "
+              "then; it has used 0.9 since, for this reason) their "
               "moving statistics still lag after ~190 steps, and evaluated with them the hybrid scores only "
               + ", ".join(_pct(runs[f"c/conv_stem/seed{s}"].get("test_accuracy_stale_batchnorm", float("nan")))
                           for s in seeds)

@@ -14,16 +14,19 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-stamp=.venv/.requirements-stamp
-if [ ! -f "$stamp" ] || ! cmp -s requirements.txt "$stamp" || ! .venv/bin/python -c "import vit_keras, apps" 2>/dev/null; then
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -r requirements.txt
+# A venv cut short (interrupted, or made without ensurepip) has a python but no pip: make it again.
+.venv/bin/python -m pip --version >/dev/null 2>&1 || python3 -m venv --clear .venv
+stamp=.venv/.setup-stamp
+wanted=$(cat requirements.txt constraints.txt pyproject.toml scripts/setup.sh | sha256sum)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] || [ ! -x .venv/bin/vit-keras ] \
+    || ! .venv/bin/python -P -c "import vit_keras, apps" 2>/dev/null; then
+  .venv/bin/python -m pip install -q pip==26.3
+  .venv/bin/python -m pip install -q -r requirements.txt -c constraints.txt
   # foolbox ships 20 ImageNet and 20 CIFAR-10 photos; its own dependencies are not needed.
-  .venv/bin/pip install -q --no-deps foolbox==3.3.4
-  .venv/bin/pip install -q --no-deps -e .
-  cp requirements.txt "$stamp"
+  .venv/bin/python -m pip install -q --no-deps foolbox==3.3.4
+  .venv/bin/python -m pip install -q --no-deps -e .
+  echo "$wanted" > "$stamp"
 fi
