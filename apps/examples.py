@@ -59,6 +59,9 @@ def fashion_mnist_examples(out_dir, count=10):
             os.close(handle)
             try:
                 Image.fromarray(image, "L").save(tmp)
+                mask = os.umask(0)
+                os.umask(mask)
+                os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it 0600: a cache others may read
                 os.replace(tmp, path)
             except BaseException:
                 os.remove(tmp)

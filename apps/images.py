@@ -75,8 +75,10 @@ def load_image(path, target_size=None):
             with Image.open(path) as image:
                 original_size = image.size
                 image.seek(0)  # animated GIF/WebP/APNG: the first frame
-                if target_size and image.format == "JPEG":
-                    image.draft("RGB" if image.mode != "L" else "L", target_size)
+                if target_size and image.format == "JPEG":  # draft works on the stored, not the upright, image
+                    stored = tuple(target_size) if image.getexif().get(0x0112, 1) not in (5, 6, 7, 8) \
+                        else tuple(target_size[::-1])
+                    image.draft("RGB" if image.mode != "L" else "L", stored)
                 image = ImageOps.exif_transpose(image)
                 image.load()
                 return normalize_mode(image), original_size

@@ -203,7 +203,11 @@ def test_explain_cli_writes_overlay(saved_model, tmp_path, capsys):
     Image.open(saved_model / "x.png").rotate(90, expand=True).save(tmp_path / "b" / "x.png")
     assert main(["explain", str(saved_model / "model.keras"), str(saved_model / "x.png"), str(tmp_path / "b" / "x.png"),
                  "--out", str(tmp_path / "out")]) == 0  # two x.png from two folders: two overlays
-    assert sorted(os.listdir(tmp_path / "out")) == ["x_0_attention.png", "x_1_attention.png"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["x_1_attention.png", "x_attention.png"]
+    from apps.commands.explain import output_names
+
+    assert output_names(["x/a.png", "y/a.png", "a_1.jpg"]) == ["a_attention.png", "a_1_attention.png",
+                                                                "a_1_1_attention.png"]
     (tmp_path / "bad.png").write_bytes(b"not a png")
     capsys.readouterr()
     assert main(["explain", str(saved_model / "model.keras"), str(tmp_path / "bad.png"), "--out", str(tmp_path)]) == 2

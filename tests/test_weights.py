@@ -111,6 +111,7 @@ def check_timm_hybrid_names(name, arrays):
     samples = {k[len(f"{name}/timm/"):]: v for k, v in expected().items() if k.startswith(f"{name}/timm/")}
     state.update(samples)
     canonical = canonical_torch(state, num_heads=wc.HYBRIDS[name]["config"]["num_heads"])
+    assert canonical.pop(weights.MAYBE_ROWLESS, None) is not None  # a timm table: the loader decides its class row
     assert {k: v.shape for k, v in canonical.items()} == {k: v.shape for k, v in arrays.items()}
     mapped = [n for n in canonical if np.any(canonical[n])]
     assert len(mapped) == len(samples)
@@ -260,6 +261,17 @@ def test_timm_table_without_class_row_and_rectangular_grids(tmp_path):
             with_row = np.concatenate([np.zeros_like(rows[:, :1]), rows], axis=1)
             want = with_row if old == new else vit_keras.models.resize_position_embedding(with_row, new, old, 1)
         assert np.allclose(got, want, atol=1e-6), (rows.shape, size)
+
+
+def test_table_layouts_without_a_recorded_grid():
+    layout = weights._table_layout
+    assert layout(50, True, 51, (5, 10), False) == (True, (7, 7))  # Google /32 at 224 into 160x320: resampled
+    assert layout(16, True, 16, (3, 5), False) == (True, (3, 5))  # not square: the model's own size
+    assert layout(169, True, 169, (12, 14), True) == (True, (12, 14))  # timm at its own rectangular size
+    assert layout(196, True, 197, (14, 14), True) == (False, (14, 14))  # timm no_embed_class at its own size
+    assert layout(196, True, 257, (16, 16), True) == (False, (14, 14))  # ... and resampled
+    assert layout(197, True, 257, (16, 16), True) == (True, (14, 14))
+    assert layout(15, True, 26, (5, 5), False) is None  # nothing fits: a shape mismatch with a hint
 
 
 def test_pytorch_zip_checkpoint_gets_the_safetensors_advice(tmp_path):

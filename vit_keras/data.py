@@ -241,8 +241,9 @@ def _decode(path, size):
     from PIL import Image, ImageOps
 
     with Image.open(path) as image:
-        if size is not None and image.format == "JPEG":
-            image.draft("RGB" if image.mode != "L" else "L", (size[1], size[0]))
+        if size is not None and image.format == "JPEG":  # draft works on the stored, not the upright, image
+            upright = image.getexif().get(0x0112, 1) not in (5, 6, 7, 8)
+            image.draft("RGB" if image.mode != "L" else "L", (size[1], size[0]) if upright else tuple(size))
         image = ImageOps.exif_transpose(image)
         image.load()
         if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):

@@ -98,7 +98,7 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
     # The backup decides where a rerun resumes, so it is written last: a kill before it means the epoch is
     # redone (and its history row replaced), never an epoch that resumes as done but was not logged.
     # Keras writes it in place: double_checkpoint keeps the previous one to resume from when a kill cut the
-    # latest short. It is deleted by `remove_backup` once the final model is saved, not by Keras at fit's end.
+    # latest short. It is deleted by `remove_backups` once the final model is saved, not by Keras at fit's end.
     callbacks.append(keras.callbacks.BackupAndRestore(backup_dir(out_dir, worker), save_freq=backup_every,
                                                       double_checkpoint=True, delete_checkpoint=False))
     return callbacks
@@ -108,9 +108,12 @@ def backup_dir(out_dir, worker=None):
     return os.path.join(out_dir if worker is None else os.path.join(out_dir, f".{worker}"), "backup")
 
 
-def remove_backup(out_dir, worker=None):
-    """Delete a finished run's backup, after its model and config are written: a kill before then resumes."""
-    shutil.rmtree(backup_dir(out_dir, worker), ignore_errors=True)
+def remove_backups(out_dir):
+    """Delete a finished run's backups, the chief's and every worker's, once its model and config are written:
+    a kill before then resumes every task from the same epoch."""
+    workers = [name[1:] for name in os.listdir(out_dir) if name.startswith(".worker-")]
+    for worker in (None, *workers):
+        shutil.rmtree(backup_dir(out_dir, worker), ignore_errors=True)
 
 
 def clear_run(out_dir):

@@ -207,7 +207,7 @@ def decode_size(data, model_name=None, image_size=None, weights=None):
     asked ``image_size``, or the quick recipe's size for the folder. None: the data's own size."""
     if image_size is not None:
         return pair(image_size, "image_size")
-    if model_name is None and not str(weights or "").endswith(".keras") and data.startswith("folder:"):
+    if model_name is None and not str(weights or "").endswith(".keras") and str(data).startswith("folder:"):
         from .data import folder_image_size
 
         return quick_image_size(folder_image_size(data[len("folder:"):]) or (28, 28))[0]
@@ -365,10 +365,10 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
     if chief:
         runs.clean_history(history_path)
     config.update(completed=True, fit_seconds_last_session=round(seconds, 1), **_last_row(history_path))
-    if chief:
+    if chief:  # then the backups go, the workers' too: until the run is complete, a rerun must resume everywhere
         runs.save_model(model, os.path.join(out_dir, "model.keras"))
         runs.write_json(config_path, config)
-    runs.remove_backup(out_dir, None if chief else task)
+        runs.remove_backups(out_dir)
     return config
 
 

@@ -15,8 +15,8 @@ What may legitimately differ is handled, with a warning, the paper's way:
   * another image size: the position embedding is resampled to the model's grid with
     ``resize_position_embedding`` (2-D bicubic, a = -0.5, antialiased: PyTorch's
     ``interpolate(mode="bicubic", antialias=True)``, timm's ``resample_abs_pos_embed`` default).
-    ``save_npz`` records the grid (``GRID``); other files are read as Google's and timm's are written:
-    the model's own row count means its grid, else a square grid, with or without a class-token row;
+    ``save_npz`` records the grid (``GRID``); other files are read as Google's and timm's are written
+    (``_table_layout``: square grids; a timm table may lack the class-token row);
   * a 1-channel model and an RGB patch embedding: the kernel is summed over RGB (exact for
     grey images, which are R = G = B).
 Anything else is a ValueError that lists every mismatched, missing and unexpected name.
@@ -34,7 +34,7 @@ from .files import atomic_path
 from .models import VisionTransformer, _resample_matrix, resize_position_embedding
 from .weights_fetch import resolve
 from .weights_google import PICKLE_HINT, POS, add_class_position, canonical_google, read_npz
-from .weights_torch import canonical_torch, read_safetensors
+from .weights_torch import MAYBE_ROWLESS, canonical_torch, read_safetensors
 
 log = logging.getLogger("vit_keras.weights")
 
@@ -186,8 +186,9 @@ def _warn(message):
 def _adapt(model, checkpoint, expected):
     """Apply the allowed differences (head, pre_logits, image size, grey input) in place."""
     _skip_head(checkpoint, expected)
-    old_grid = checkpoint.pop(GRID, None)
-    _resample_position(model, checkpoint, expected, None if old_grid is None else tuple(int(v) for v in old_grid))
+    old_grid, maybe_rowless = checkpoint.pop(GRID, None), checkpoint.pop(MAYBE_ROWLESS, None) is not None
+    _resample_position(model, checkpoint, expected, None if old_grid is None else tuple(int(v) for v in old_grid),
+                       maybe_rowless)
     _sum_rgb_kernel(model, checkpoint, expected)
 
 
@@ -212,12 +213,12 @@ def _skip_head(checkpoint, expected):
             checkpoint.pop(name, None)
 
 
-def _resample_position(model, checkpoint, expected, old_grid=None):
+def _resample_position(model, checkpoint, expected, old_grid=None, maybe_rowless=False):
     """Fit the checkpoint's position embedding to the model's patch grid.
 
-    ``old_grid`` is recorded by ``save_npz``. Other files carry only a (1, R, D) table, so the class token's
-    row and the grid are inferred: the model's own row count (or one row fewer: no class row, as in timm's
-    ``no_embed_class``) means the same grid; otherwise R or R - 1 must be a square, as Google's and timm's grids are.
+    ``old_grid`` is recorded by ``save_npz``. Other files carry only a (1, R, D) table; its class-token row and
+    grid are inferred by ``_table_layout``. ``maybe_rowless``: a timm table, which has no class row when the
+    model was made with ``no_embed_class`` (a zero row is then added: the class token had no position).
     """
     emb = model.get_layer("embedding")
     new_grid = tuple(emb.grid_size)
@@ -228,27 +229,40 @@ def _resample_position(model, checkpoint, expected, old_grid=None):
     pos, want = checkpoint.get(POS), expected.get(POS)
     if pos is None or want is None or pos.ndim != 3 or pos.shape[2] != want.shape[2]:
         return
-    class_row = int(emb.class_token and "cls" in checkpoint)
-    rows = pos.shape[1]
-    if old_grid is None:
-        if rows == want.shape[1]:
-            return
-        if class_row and rows == want.shape[1] - 1:
-            add_class_position(checkpoint)
-            return
-        side = _square_root(rows - class_row)
-        if class_row and side is None and _square_root(rows) is not None:  # a square grid without a class row
-            add_class_position(checkpoint)
-            pos, side = checkpoint[POS], _square_root(rows)
-        if side is None:
+    class_row = emb.class_token and "cls" in checkpoint
+    if old_grid is not None:
+        has_row = class_row
+    else:
+        layout = _table_layout(pos.shape[1], class_row, want.shape[1], new_grid, maybe_rowless)
+        if layout is None:
             return  # reported as a shape mismatch, with a hint
-        old_grid = (side, side)
-    elif class_row and rows == old_grid[0] * old_grid[1]:
+        has_row, old_grid = layout
+    if class_row and not has_row:
         add_class_position(checkpoint)
         pos = checkpoint[POS]
-    if old_grid != new_grid and pos.shape[1] == class_row + old_grid[0] * old_grid[1]:
-        checkpoint[POS] = resize_position_embedding(pos, new_grid, old_grid, class_row)
+    if old_grid != new_grid and pos.shape[1] == int(class_row) + old_grid[0] * old_grid[1]:
+        checkpoint[POS] = resize_position_embedding(pos, new_grid, old_grid, int(class_row))
         log.info("Resampled the position embedding from a %dx%d grid to %dx%d.", *old_grid, *new_grid)
+
+
+def _table_layout(rows, class_row, want_rows, model_grid, maybe_rowless):
+    """(the table has a class row, its grid) for a table of ``rows`` rows without a recorded grid, or None."""
+    if class_row and maybe_rowless:  # timm: a class row or none; a table at the model's own size first
+        if rows == want_rows:
+            return True, model_grid
+        if rows == want_rows - 1:
+            return False, model_grid
+        for has_row in (True, False):
+            side = _square_root(rows - has_row)
+            if side:
+                return has_row, (side, side)
+        return None
+    # Google, AugReg, big_vision (its missing row added on reading), Hugging Face, our own older files: the
+    # class row is there with `cls`, and Google's grids are square; else the model's own size.
+    side = _square_root(rows - int(class_row))
+    if side:
+        return class_row, (side, side)
+    return (class_row, model_grid) if rows == want_rows else None
 
 
 def _square_root(n):

@@ -25,6 +25,9 @@ import numpy as np
 
 from .weights_google import POS, as_float32, corrupt_error
 
+# Not a weight: marks a timm position table, which may lack the class-token row; the loader decides on the
+# model's grid (``weights._table_layout``) and drops the mark.
+MAYBE_ROWLESS = "Transformer/posembed_input/timm_table"
 BLOCK = "Transformer/encoderblock_{}/"
 MHA = BLOCK + "MultiHeadDotProductAttention_1/"
 STAGE = r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\."
@@ -132,4 +135,6 @@ def canonical_torch(tensors, num_heads):
                 break
         else:
             out[key] = value  # unknown: reported by the loader as unexpected
-    return out  # a table without a class row (timm's no_embed_class) is told from the model's grid on load
+    if "patch_embed.proj.weight" in tensors and POS in out:  # timm: a no_embed_class table has no class row
+        out[MAYBE_ROWLESS] = np.ones((), np.float32)
+    return out

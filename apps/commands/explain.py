@@ -56,8 +56,13 @@ def run(args):
 
 
 def output_names(paths):
-    """``<stem>_attention.png`` per image; images of the same name from different folders are numbered."""
-    stems = [os.path.splitext(os.path.basename(path))[0] for path in paths]
-    repeated = {stem for stem in stems if stems.count(stem) > 1}
-    return [f"{stem}_{index}_attention.png" if stem in repeated else f"{stem}_attention.png"
-            for index, stem in enumerate(stems)]
+    """``<stem>_attention.png`` per image; a name already taken (the same file name in another folder) gets
+    the lowest free number, ``<stem>_<n>_attention.png``."""
+    names = []
+    for path in paths:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        name, n = f"{stem}_attention.png", 1
+        while name in names:
+            name, n = f"{stem}_{n}_attention.png", n + 1
+        names.append(name)
+    return names
