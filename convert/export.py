@@ -89,12 +89,8 @@ def calibration_images(calibration, model, limit=DEFAULT_CALIBRATION_IMAGES):
     if len(images) < MIN_CALIBRATION_IMAGES:  # before resizing: an empty array has nothing to resize
         raise ValueError(f"`calibration` has {len(images)} images; int8 needs at least {MIN_CALIBRATION_IMAGES} "
                          "real images (a few hundred is best).")
-    images = fit_images(np.clip(np.round(images), 0, 255).astype(np.uint8), model.vit_config["image_size"],
-                        model.vit_config["channels"])  # whole pixels, as the uint8 input carries them
-    if len(images) < MIN_CALIBRATION_IMAGES:
-        raise ValueError(f"`calibration` has {len(images)} images; int8 needs at least {MIN_CALIBRATION_IMAGES} "
-                         "real images (a few hundred is best).")
-    return images
+    return fit_images(np.clip(np.round(images), 0, 255).astype(np.uint8), model.vit_config["image_size"],
+                      model.vit_config["channels"])  # whole pixels, as the uint8 input carries them
 
 
 def to_rgb(images):

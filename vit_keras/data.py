@@ -127,7 +127,7 @@ def _tfds(name, split, data_dir, seed=0, val_fraction=0.1, limit=None):
                 f"({type(error).__name__}: {error}). Prepare it with `tfds build {name}` or pass data_dir."
             ) from None
     splits = builder.info.splits
-    held_out = None  # a train-only dataset: "val"/"test" are a seeded part of train, which keeps the rest
+    wanted = None  # a train-only dataset: "val"/"test" are a seeded part of train, which keeps the rest
     tfds_split = split
     if split == "val":
         tfds_split = "validation" if "validation" in splits else "test"
@@ -135,20 +135,16 @@ def _tfds(name, split, data_dir, seed=0, val_fraction=0.1, limit=None):
         tfds_split = "validation"
     if list(splits) == ["train"]:
         train, val = split_indices(splits["train"].num_examples, seed, val_fraction)
-        held_out, tfds_split = (train if split == "train" else val), "train"
+        kept = (train if split == "train" else val)[: None if limit is None else int(limit)]
+        wanted, tfds_split = set(kept.tolist()), "train"
     if tfds_split not in splits:
         raise ValueError(f"tfds dataset {name!r} has no {split!r} split; it has {', '.join(splits)}.")
     keys = builder.info.supervised_keys
     if not keys:
         raise ValueError(f"tfds dataset {name!r} has no (image, label) supervised keys.")
     image_key, label_key = keys[0], keys[1]
-    if held_out is not None:
-        wanted = set(held_out[: int(limit)].tolist() if limit is not None else held_out.tolist())
-        dataset = builder.as_dataset(split=tfds_split, shuffle_files=False)
-    else:  # decode only what is asked for
-        wanted = None
-        dataset = builder.as_dataset(split=tfds_split if limit is None else f"{tfds_split}[:{int(limit)}]",
-                                     shuffle_files=False)
+    sliced = limit is not None and wanted is None  # decode only what is asked for
+    dataset = builder.as_dataset(split=f"{tfds_split}[:{int(limit)}]" if sliced else tfds_split, shuffle_files=False)
     images, labels = [], []
     for index, example in enumerate(tfds.as_numpy(dataset)):
         if wanted is None or index in wanted:

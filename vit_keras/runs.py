@@ -84,7 +84,7 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
 
     ``worker``: a non-chief multi-worker task's name; its files go to a sub-folder of its own.
     """
-    work = out_dir if worker is None else os.path.join(out_dir, f".{worker}")
+    work = work_dir(out_dir, worker)
     os.makedirs(work, exist_ok=True)
     checkpoint = os.path.join(work, "checkpoint.keras")
     callbacks = [
@@ -104,15 +104,24 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
     return callbacks
 
 
+def work_dir(out_dir, worker=None):
+    """Where a task writes: the run folder for the chief, ``.<worker>`` inside it for another task."""
+    return out_dir if worker is None else os.path.join(out_dir, f".{worker}")
+
+
 def backup_dir(out_dir, worker=None):
-    return os.path.join(out_dir if worker is None else os.path.join(out_dir, f".{worker}"), "backup")
+    return os.path.join(work_dir(out_dir, worker), "backup")
+
+
+def worker_names(out_dir):
+    """The non-chief tasks that have written into ``out_dir`` (``worker-1``, ...)."""
+    return [name[1:] for name in os.listdir(out_dir) if name.startswith(".worker-")]
 
 
 def remove_backups(out_dir):
     """Delete a finished run's backups, the chief's and every worker's, once its model and config are written:
     a kill before then resumes every task from the same epoch."""
-    workers = [name[1:] for name in os.listdir(out_dir) if name.startswith(".worker-")]
-    for worker in (None, *workers):
+    for worker in (None, *worker_names(out_dir)):
         shutil.rmtree(backup_dir(out_dir, worker), ignore_errors=True)
 
 
@@ -122,9 +131,9 @@ def clear_run(out_dir):
         path = os.path.join(out_dir, name)
         if os.path.exists(path):
             os.remove(path)
-    workers = [name for name in os.listdir(out_dir) if name.startswith(".worker-")]  # non-chief tasks' files
-    for name in ("backup", "logs", *workers):
-        shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
+    folders = [os.path.join(out_dir, name) for name in ("backup", "logs")]
+    for path in folders + [work_dir(out_dir, worker) for worker in worker_names(out_dir)]:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def clean_history(path):
@@ -147,12 +156,17 @@ def clean_history(path):
 def data_split(model_path):
     """{seed, val_fraction} of the run that trained ``model_path`` (its config.json, beside it), or {}: a folder
     dataset's held-out split is only the same split with the seed and fraction it was trained with."""
+    config = read_json(os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json"))
+    return {key: config[key] for key in ("seed", "val_fraction") if key in config}
+
+
+def read_json(path):
+    """A JSON file's content, or {} when it is missing or unreadable (a run not started, or cut short)."""
     try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json")) as f:
-            config = json.load(f)
+        with open(path) as f:
+            return json.load(f)
     except (OSError, ValueError):
         return {}
-    return {key: config[key] for key in ("seed", "val_fraction") if key in config}
 
 
 def write_json(path, data):

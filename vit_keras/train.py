@@ -186,7 +186,7 @@ def build_model(num_classes, channels, data_size, model_name=None, image_size=No
     keras.utils.set_random_seed(seed)
     common = dict(num_classes=num_classes, channels=channels, include_preprocessing=True, drop_path=drop_path)
     check_weights(weights, model_name, overrides)
-    if weights and str(weights).endswith(".keras"):
+    if is_saved_model(weights):
         return finetune_from(weights, num_classes, image_size, drop_path)
     if model_name is None:
         size, patch = quick_image_size(data_size)
@@ -207,18 +207,23 @@ def decode_size(data, model_name=None, image_size=None, weights=None):
     asked ``image_size``, or the quick recipe's size for the folder. None: the data's own size."""
     if image_size is not None:
         return pair(image_size, "image_size")
-    if model_name is None and not str(weights or "").endswith(".keras") and str(data).startswith("folder:"):
+    if model_name is None and not is_saved_model(weights) and str(data).startswith("folder:"):
         from .data import folder_image_size
 
         return quick_image_size(folder_image_size(data[len("folder:"):]) or (28, 28))[0]
     return None
 
 
+def is_saved_model(weights):
+    """Whether ``weights`` is a .keras model (its own architecture), not a checkpoint for a named one."""
+    return str(weights or "").endswith(".keras")
+
+
 def check_weights(weights, model_name, overrides):
     """A .keras file brings its own architecture; any other checkpoint needs a named model to load into."""
     if not weights:
         return
-    if str(weights).endswith(".keras"):
+    if is_saved_model(weights):
         if model_name or overrides:
             raise ValueError(f"`weights`={str(weights)!r} is a saved model with its own architecture; drop "
                              f"`model_name`/architecture overrides ({model_name or ', '.join(overrides)}) or pass a "
@@ -294,7 +299,7 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
         if not valid:  # before any data loads
             raise ValueError(f"`{key}` must be {bounds}; got {hp[key]}.")
     # A saved model fine-tuned without `drop_path` keeps its own (the recipe's default is for new models).
-    keep_drop_path = drop_path is None and str(weights or "").endswith(".keras")
+    keep_drop_path = drop_path is None and is_saved_model(weights)
     if learning_rate is not None and not learning_rate > 0:
         raise ValueError(f"`learning_rate` must be > 0; got {learning_rate}.")
     hp["learning_rate"] = learning_rate or scaled_learning_rate(defaults["base_lr"], hp["batch_size"])
@@ -336,7 +341,7 @@ def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epoch
                   class_names=train_data.class_names, train_examples=len(train_data.images),
                   val_examples=len(val_data.images), skipped_images=len(train_data.skipped) + len(val_data.skipped),
                   steps_per_epoch=steps_per_epoch, **hp)
-    previous = _read_json(config_path)
+    previous = runs.read_json(config_path)
     same = {k: previous.get(k) for k in config} == json.loads(json.dumps(config))
     if previous.get("completed") and same:
         print(f"{out_dir} already holds this finished run; nothing to do (delete the folder to retrain).")
@@ -386,14 +391,6 @@ def _prebuild(model, batch_size, num_classes):
     for name in ("train_step", "test_step"):
         step = getattr(model, name)
         setattr(model, name, lambda data, step=step: {k: tf.reshape(v, [1]) for k, v in step(data).items()})
-
-
-def _read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 def _last_row(path):

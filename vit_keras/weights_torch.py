@@ -109,10 +109,10 @@ def _convert(kind, param, value, num_heads):
 def canonical_torch(tensors, num_heads):
     """A timm or Hugging Face ViT state dict -> the canonical Google layout."""
     if any("patch_embeddings.projection" in k for k in tensors):
-        modules, whole = HF_MODULES, HF_TENSORS
+        modules, whole, timm = HF_MODULES, HF_TENSORS, False
         tensors = {k[len("vit."):] if k.startswith("vit.") else k: v for k, v in tensors.items()}
     elif "patch_embed.proj.weight" in tensors:
-        modules, whole = TIMM_MODULES, TIMM_TENSORS
+        modules, whole, timm = TIMM_MODULES, TIMM_TENSORS, True
     else:
         shown = ", ".join(sorted(tensors)[:8])
         raise ValueError(
@@ -135,6 +135,6 @@ def canonical_torch(tensors, num_heads):
                 break
         else:
             out[key] = value  # unknown: reported by the loader as unexpected
-    if "patch_embed.proj.weight" in tensors and POS in out:  # timm: a no_embed_class table has no class row
+    if timm and POS in out:  # a no_embed_class table has no class row
         out[MAYBE_ROWLESS] = np.ones((), np.float32)
     return out
