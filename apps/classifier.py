@@ -23,7 +23,6 @@ from .attention import attention_heatmap
 from .images import load_image
 from .model_info import read_model_info
 
-RUNTIMES = ("interpreter", "compiled")
 
 
 @dataclass

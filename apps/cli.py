@@ -29,9 +29,9 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         try:
-            module = importlib.import_module(f"apps.commands.{module_name}")
+            module = importlib.import_module(f"vit_keras.apps.commands.{module_name}")
         except ModuleNotFoundError as error:
-            if error.name != f"apps.commands.{module_name}":
+            if error.name != f"vit_keras.apps.commands.{module_name}":
                 raise
             continue  # a subcommand not yet shipped
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)

@@ -98,10 +98,10 @@ def bundled_examples(cache_dir=None, fashion_count=10):
     return fashion_mnist_examples(cache_dir or default_cache_dir(), fashion_count) + foolbox_examples()
 
 
-if __name__ == "__main__":  # python -m apps.examples OUT_DIR [COUNT]: write Fashion-MNIST test PNGs
+if __name__ == "__main__":  # python -m vit_keras.apps.examples OUT_DIR [COUNT]: write Fashion-MNIST test PNGs
     import sys
 
     if len(sys.argv) not in (2, 3):
-        sys.exit("usage: python -m apps.examples OUT_DIR [COUNT]")
+        sys.exit("usage: python -m vit_keras.apps.examples OUT_DIR [COUNT]")
     written = fashion_mnist_examples(sys.argv[1], int(sys.argv[2]) if len(sys.argv) == 3 else 10)
     print(f"wrote {len(written)} Fashion-MNIST test images to {sys.argv[1]}")

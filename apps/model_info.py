@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from convert.metadata import read_model_metadata
+from vit_keras.convert.metadata import read_model_metadata
 
 
 @dataclass

@@ -13,6 +13,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no teleme
 
 import numpy as np  # noqa: E402
 
+from vit_keras.constants import PIXEL_MEAN, PIXEL_STD  # noqa: E402
+
 from .attention import attention_heatmap, overlay  # noqa: E402
 from .classifier import Classifier  # noqa: E402
 from .examples import bundled_examples  # noqa: E402
@@ -46,7 +48,7 @@ class KerasAttention:
         image = image.convert("L" if self.channels == 1 else "RGB").resize(self.size[::-1], Image.BILINEAR)
         pixels = np.asarray(image, np.float32).reshape(1, *self.size, self.channels)
         if not self.raw_pixels:
-            pixels = pixels / 127.5 - 1.0
+            pixels = (pixels - PIXEL_MEAN) / PIXEL_STD
         maps = self.model.attention_maps(pixels)
         return attention_heatmap([np.stack(maps, axis=1)], self.grid)
 
@@ -94,7 +96,7 @@ def build_demo(classifier, keras_attention=None, examples=None, top_k=5):
             try:
                 heat = keras_attention(image)
             except Exception as error:  # the overlay is extra: still show the classification
-                logging.getLogger("apps.web").warning("attention overlay failed: %s", error)
+                logging.getLogger("vit_keras.apps.web").warning("attention overlay failed: %s", error)
         return overlay(image, heat), top_scores(prediction.top), _status(prediction, classifier)
 
     def pick_example(event: gr.SelectData):

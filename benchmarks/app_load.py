@@ -78,7 +78,7 @@ def free_port():
 
 def start_server(model, workers):
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "apps.cli", "serve", model, "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "vit_keras.apps.cli", "serve", model, "--port", str(port),
                                 "--workers", str(workers)], cwd=REPO,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/"
@@ -112,7 +112,7 @@ def main(argv=None):
     if not args.model and not args.url:
         parser.error("give MODEL.tflite or --url")
 
-    from apps.examples import bundled_examples
+    from vit_keras.apps.examples import bundled_examples
 
     images = [path for path, _ in bundled_examples()]
     process = None

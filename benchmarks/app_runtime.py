@@ -16,7 +16,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from apps.classifier import RUNTIMES, Classifier  # noqa: E402
+from vit_keras.apps.classifier import Classifier  # noqa: E402
+from vit_keras.constants import RUNTIMES  # noqa: E402
 
 
 def time_runs(classifier, runs):

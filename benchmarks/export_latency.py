@@ -29,7 +29,7 @@ BASELINES = ("int8_plain", "int8_ln_int8", "usual_float32", "usual_int8")
 def export_baseline(model, path, mode, calibration, labels):
     import tensorflow as tf
 
-    from convert.export import INT8_XNNPACK_FLOAT_OPS, export_tflite, representative_dataset
+    from vit_keras.convert.export import INT8_XNNPACK_FLOAT_OPS, export_tflite, representative_dataset
 
     if mode in ("int8_plain", "int8_ln_int8"):
         float_ops = () if mode == "int8_plain" else INT8_XNNPACK_FLOAT_OPS
@@ -54,7 +54,7 @@ def build(name, fmnist_model):
 
     if name == "fmnist":
         if fmnist_model and os.path.isfile(fmnist_model):
-            from convert.export import load_vit
+            from vit_keras.convert.export import load_vit
 
             model = load_vit(fmnist_model)
             label_file = os.path.join(os.path.dirname(fmnist_model), "labels.txt")
@@ -86,7 +86,7 @@ def build(name, fmnist_model):
 def interleaved_latency(paths, cols, runs, rounds, warmup=10):
     """{(mode, runtime, threads): median ms}, timing every model in turn, round after round, so a
     shared CPU's load drifts over all of them alike; ratios come from the same rounds."""
-    from convert.verify import median_invoke_ms, model_input, prepare, runner
+    from vit_keras.convert.verify import median_invoke_ms, model_input, prepare, runner
 
     runners = {}
     for mode, path in paths.items():
@@ -110,7 +110,7 @@ def main(argv=None):
     parser.add_argument("--models", default="ti16,fmnist", help="comma list of ti16, fmnist")
     parser.add_argument("--modes", default=",".join(MODES), help=f"of {MODES + BASELINES}")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--runtimes", default="interpreter,compiled_model")
+    parser.add_argument("--runtimes", default="interpreter,compiled")
     parser.add_argument("--runs", type=int, default=100, help="timed runs per figure, split over the rounds")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (see interleaved_latency)")
     parser.add_argument("--fmnist-model", default="runs/fashion_mnist/model.keras")
@@ -120,8 +120,8 @@ def main(argv=None):
 
     import statistics
 
-    from convert.export import export_tflite
-    from convert.verify import delegation_report
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.convert.verify import delegation_report
 
     threads = [int(t) for t in args.threads.split(",")]
     cols = [(r, n) for r in args.runtimes.split(",") for n in threads]

@@ -151,7 +151,7 @@ if __name__ == "__main__":
     parser.add_argument("--micro-batches", type=int, default=4,
                         help="--vit-ti: concurrent micro-batches per step (vit_keras.microbatch); 1: one XLA step")
     args = parser.parse_args()
-    from apps.allocator import reexec_with_tcmalloc
+    from vit_keras.apps.allocator import reexec_with_tcmalloc
 
     reexec_with_tcmalloc()  # as the `vit-keras` CLI runs (VIT_KERAS_TCMALLOC=0 measures without)
     if args.vit_ti:

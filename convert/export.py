@@ -1,6 +1,6 @@
 """Keras ViT -> .tflite: float32, float16, dynamic-range or full-integer int8, builtin ops only, with metadata.
 
-    from convert.export import export_tflite
+    from vit_keras.convert.export import export_tflite
     export_tflite("run/model.keras", "model.tflite", quantize="int8", calibration="fashion_mnist")
 
 The file is written atomically (temp file + os.replace) after every check has
@@ -12,9 +12,10 @@ import re
 
 import numpy as np
 
+from vit_keras.constants import PIXEL_MEAN, PIXEL_STD, QUANTIZATIONS
+
 from . import metadata as tflite_metadata
 
-QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
 # int8 keeps these ops in float. BATCH_MATMUL, SOFTMAX, GELU, RSQRT: XNNPACK has no int8
 # kernel for them, so in int8 each one splits the graph and runs on slow single-threaded
 # reference kernels (the 1.9x slowdown of a plain int8 ViT-Ti/16); MEAN, SUB, MUL: LayerNorm's
@@ -244,7 +245,6 @@ def check_runtime(model_bytes, quantize):
 def classifier_metadata(model, labels, quantize, input_dtype, name=None, description=None, version="1",
                         license="Apache-2.0", author="vit-keras"):
     """The ModelMetadata dict for an image classifier, as MediaPipe's ImageClassifier reads it."""
-    from .graph import PIXEL_MEAN, PIXEL_STD
 
     config = model.vit_config
     raw = np.dtype(input_dtype) == np.uint8

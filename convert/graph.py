@@ -25,15 +25,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from vit_keras.constants import LUMA_WEIGHTS, PIXEL_MEAN, PIXEL_STD
 from vit_keras.layers import PatchEncoder, TransformerBlock
 from vit_keras.models import VisionTransformer
 from vit_keras.stems import ResNetV2Stem
 
-# Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: x / 127.5 - 1.
-PIXEL_MEAN = 127.5
-PIXEL_STD = 127.5
-# ITU-R BT.601 luma, as tf.image.rgb_to_grayscale; sums to 1 so it commutes with the normalization.
-RGB_TO_GRAY = np.array([0.2989, 0.5870, 0.1140], dtype="float32")
+# Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: (x - PIXEL_MEAN) / PIXEL_STD.
+# The luma weights, scaled to sum to 1, commute with that normalization.
+RGB_TO_GRAY = np.array(LUMA_WEIGHTS, dtype="float32")
 RGB_TO_GRAY /= RGB_TO_GRAY.sum()
 
 

@@ -6,7 +6,7 @@ in float at a time, and measures top-1 agreement and the largest score error aga
 The residual stream and a conv stem stay in float in every row with float ops, as ``export`` keeps them
 for any ``float_ops`` but (), so each row is the file ``export_tflite(float_ops=row["float_ops"])`` writes.
 
-    from convert.sensitivity import op_sensitivity
+    from vit_keras.convert.sensitivity import op_sensitivity
     rows = op_sensitivity(model, calibration_images, test_images)
 """
 

@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
-from . import metadata as tflite_metadata
+from vit_keras.constants import RUNTIMES
 
-RUNTIMES = ("interpreter", "compiled_model")
+from . import metadata as tflite_metadata
 
 
 def model_input(path):
@@ -170,7 +170,7 @@ def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, r
 
 def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
     """A Markdown table of ``verify`` rows; ``split`` names the accuracy column's data."""
-    short = {"interpreter": "Interpreter", "compiled_model": "CompiledModel"}
+    short = {"interpreter": "Interpreter", "compiled": "CompiledModel"}
     latency_cols = [(f"{r}_{n}t_ms", f"{short[r]} {n}T ms") for r in runtimes for n in threads]
     header = ["file", "size MB"] + [title for _, title in latency_cols] + [
         "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff"]

@@ -25,5 +25,5 @@ done
 # App (keep after the export step): classify a few real Fashion-MNIST test images (true label in the file name)
 # with the exported int8 model, in the on-device runtime: LiteRT + NumPy + Pillow, labels and normalization
 # read from the file's own metadata.
-.venv/bin/python -m apps.examples runs/fashion_mnist/test_images 8
+.venv/bin/python -m vit_keras.apps.examples runs/fashion_mnist/test_images 8
 .venv/bin/vit-keras classify runs/fashion_mnist/model_int8.tflite runs/fashion_mnist/test_images --top-k 3

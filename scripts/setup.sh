@@ -22,7 +22,7 @@ fi
 stamp=.venv/.setup-stamp
 wanted=$(cat requirements.txt constraints.txt pyproject.toml scripts/setup.sh | sha256sum)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] || [ ! -x .venv/bin/vit-keras ] \
-    || ! .venv/bin/python -P -c "import vit_keras, apps" 2>/dev/null; then
+    || ! .venv/bin/python -P -c "import vit_keras.apps.cli, vit_keras.convert.metadata" 2>/dev/null; then
   .venv/bin/python -m pip install -q pip==26.3
   .venv/bin/python -m pip install -q -r requirements.txt -c constraints.txt
   # foolbox ships 20 ImageNet and 20 CIFAR-10 photos; its own dependencies are not needed.

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vit_keras.constants import QUANTIZATIONS
+
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -57,8 +59,8 @@ def _attention_model(model, out_path, labels):
     """
     import tensorflow as tf
 
-    from convert.export import classifier_metadata, write_atomic
-    from convert.metadata import populate
+    from vit_keras.convert.export import classifier_metadata, write_atomic
+    from vit_keras.convert.metadata import populate
 
     blocks = model.blocks
 
@@ -86,14 +88,11 @@ def _attention_model(model, out_path, labels):
     write_atomic(str(out_path), data)
 
 
-QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
-
-
 def build_models(out_dir):
     """Train, save and export; returns {quantization | "attention" | "keras" | "labels": path}."""
     import keras
 
-    from convert.export import export_tflite
+    from vit_keras.convert.export import export_tflite
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

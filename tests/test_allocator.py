@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from apps.allocator import find_tcmalloc
+from vit_keras.apps.allocator import find_tcmalloc
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD is Linux-only")
 
 PROBE = """
 import json, os, subprocess, sys
-from apps.allocator import reexec_with_tcmalloc, tcmalloc_loaded
+from vit_keras.apps.allocator import reexec_with_tcmalloc, tcmalloc_loaded
 reexec_with_tcmalloc()
-child = subprocess.run([sys.executable, "-c", "from apps.allocator import tcmalloc_loaded as t; print(t())"],
+child = subprocess.run([sys.executable, "-c", "from vit_keras.apps.allocator import tcmalloc_loaded as t; print(t())"],
                        capture_output=True, text=True, check=True).stdout.strip()
 print(json.dumps(dict(loaded=tcmalloc_loaded(), preload=os.environ.get("LD_PRELOAD"), child=child,
                       args=sys.argv[1:])))

@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from app_models import QUANTIZATIONS, bad_inputs, fashion, mode_variants, shared_models
-from apps.cli import COMMANDS, main
-from apps.examples import bundled_examples, foolbox_data_dir
+from vit_keras.apps.cli import COMMANDS, main
+from vit_keras.apps.examples import bundled_examples, foolbox_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 FOOLBOX = foolbox_data_dir()
@@ -92,7 +92,7 @@ def test_exif_rotation_is_applied(models, tmp_path, capsys):
     exif = Image.Exif()
     exif[0x0112] = 6  # "rotate 90 CW to display": store the pixels turned the other way
     upright.transpose(Image.ROTATE_90).save(tmp_path / "rotated.png", exif=exif)
-    from apps.images import load_image
+    from vit_keras.apps.images import load_image
 
     decoded, _ = load_image(tmp_path / "rotated.png")
     assert decoded.size == (224, 150) and np.array_equal(np.asarray(decoded), np.asarray(upright))
@@ -101,7 +101,7 @@ def test_exif_rotation_is_applied(models, tmp_path, capsys):
 
 
 def test_huge_image_is_classified_quickly(models, tmp_path, capsys):
-    from apps.images import load_image
+    from vit_keras.apps.images import load_image
 
     with Image.open(FOOLBOX / "imagenet_00_243.jpg") as photo:
         photo.convert("RGB").resize((7000, 5000)).save(tmp_path / "huge.jpg", quality=80)  # 35 MP
@@ -152,7 +152,7 @@ def test_missing_image_and_empty_folder(models, tmp_path, capsys):
 
 def test_runtimes_agree(models, test_images):
     """The classic Interpreter and the CompiledModel API give the same scores."""
-    from apps.classifier import Classifier
+    from vit_keras.apps.classifier import Classifier
 
     path = test_images[0] / "05.png"
     a = Classifier(models["attention"], runtime="interpreter").classify(path)
@@ -164,8 +164,8 @@ def test_runtimes_agree(models, test_images):
 
 def test_attention_output_matches_keras_rollout(models, test_images):
     """The overlay from the .tflite's attention output equals the rollout of the .keras model's maps."""
-    from apps.classifier import Classifier
-    from apps.web import KerasAttention
+    from vit_keras.apps.classifier import Classifier
+    from vit_keras.apps.web import KerasAttention
 
     image = Image.open(test_images[0] / "07.png")
     from_tflite = Classifier(models["attention"]).classify_image(image).attention
@@ -185,9 +185,14 @@ def test_examples_are_real_images():
 
 
 def test_runtime_never_imports_tensorflow():
-    code = ("import sys; import apps.classifier, apps.web, apps.examples, apps.commands.classify, "
-            "apps.commands.serve; bad = [m for m in sys.modules if m.split('.')[0] in "
-            "('tensorflow', 'keras', 'vit_keras', 'mediapipe')]; assert not bad, bad")
+    """The device runtime loads LiteRT, NumPy and Pillow only: no TensorFlow or Keras, and of vit_keras only the
+    light package, its constants and the TF-free metadata reader."""
+    code = ("import sys; import vit_keras.apps.classifier, vit_keras.apps.web, vit_keras.apps.examples, "
+            "vit_keras.apps.commands.classify, vit_keras.apps.commands.serve\n"
+            "allowed = ('vit_keras', 'vit_keras.constants', 'vit_keras.convert', 'vit_keras.convert.metadata')\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'mediapipe', 'jax', 'torch') "
+            "or (m.startswith('vit_keras') and m not in allowed and not m.startswith('vit_keras.apps'))]\n"
+            "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
 
 
@@ -201,7 +206,7 @@ def test_serve_refuses_a_wrong_model_before_starting(tmp_path, capsys):
 @pytest.mark.parametrize("runtime", ["interpreter", "compiled"])
 def test_thread_count_probe(models, test_images, runtime):
     """By default the app times its thread pool against one thread and keeps the faster; --threads is obeyed."""
-    from apps.classifier import Classifier
+    from vit_keras.apps.classifier import Classifier
 
     path = test_images[0] / "05.png"
     pool = min(4, os.cpu_count() or 1)
@@ -227,8 +232,8 @@ def test_every_help_page_renders(capsys):
 
 
 def test_attention_heat_map_on_a_rectangular_grid_and_repeated_labels():
-    from apps.attention import attention_heatmap
-    from apps.web import top_scores
+    from vit_keras.apps.attention import attention_heatmap
+    from vit_keras.apps.web import top_scores
 
     rng = np.random.default_rng(0)
     for tokens, grid in ((49, (8, 6)), (48, (8, 6))):  # with and without a class token; 49 is also 7x7

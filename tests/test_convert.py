@@ -10,10 +10,10 @@ import pytest
 import vit_keras  # noqa: F401  (registers the layers before keras loads a model)
 import keras
 
-from convert import export as tflite_export
-from convert import metadata as tflite_metadata
-from convert.graph import keras_scores
-from convert.verify import delegation_report, format_table, predict, verify
+from vit_keras.convert import export as tflite_export
+from vit_keras.convert import metadata as tflite_metadata
+from vit_keras.convert.graph import keras_scores
+from vit_keras.convert.verify import delegation_report, format_table, predict, verify
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 LABELS = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -158,7 +158,7 @@ def test_float32_equals_keras_and_int8_close(exported, reference, fashion):
 
 def test_verify_table(exported, reference, fashion):
     row = verify(exported["float16"], reference, fashion[3], fashion[2], runs=5)
-    assert row["agreement"] > 0.99 and row["interpreter_2t_ms"] > 0 and row["compiled_model_1t_ms"] > 0
+    assert row["agreement"] > 0.99 and row["interpreter_2t_ms"] > 0 and row["compiled_1t_ms"] > 0
     table = format_table([row])
     assert "CompiledModel 2T ms" in table and "float16.tflite" in table
 
@@ -167,7 +167,7 @@ def test_metadata_module_has_no_tensorflow():
     import subprocess
     import sys
 
-    code = "import sys, convert.metadata; assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+    code = "import sys, vit_keras.convert.metadata; assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
 
 
@@ -184,7 +184,7 @@ def test_metadata_round_trip():
 
 
 def test_op_sensitivity_sweep(run_dir, fashion):
-    from convert.sensitivity import op_sensitivity
+    from vit_keras.convert.sensitivity import op_sensitivity
 
     model = tflite_export.load_vit(run_dir / "model.keras")
     rows = op_sensitivity(model, fashion[0][:120], fashion[2][:40], candidates=("FULLY_CONNECTED",))
@@ -202,7 +202,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
     float32 must equal Keras. An untrained model on noise images has near-constant int8 outputs, so int8 is
     checked for structure here; int8 accuracy of a trained conv-stem model is in the README's verify table.
     """
-    from convert.verify import delegation_report
+    from vit_keras.convert.verify import delegation_report
 
     tiny = dict(num_classes=3, num_layers=1, hidden_size=32, num_heads=2, mlp_dim=32, include_preprocessing=True)
     if kind == "resnet_r26":
@@ -233,7 +233,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
         expected = np.uint8 if mode == "int8" else np.float32  # int8's contract: raw uint8 pixels in
         assert Interpreter(model_path=str(path)).get_input_details()[0]["dtype"] == expected
     if kind == "conv_stem":  # the sensitivity sweep keeps the stem in float as export does: its last row is the file
-        from convert.sensitivity import op_sensitivity
+        from vit_keras.convert.sensitivity import op_sensitivity
 
         rows = op_sensitivity(model, images, images[:8], candidates=())
         assert rows[-1]["bytes"] == len(tflite_export.convert(model, "int8", images))
@@ -243,7 +243,7 @@ def test_equalized_fused_qkv_keeps_the_float_function(run_dir, fashion):
     """The int8 graph's per-head range equalization is exact in float, and it equalizes the heads."""
     import tensorflow as tf
 
-    from convert.graph import forward, qkv_scales
+    from vit_keras.convert.graph import forward, qkv_scales
 
     model = tflite_export.load_vit(run_dir / "model.keras")
     scales = qkv_scales(model, fashion[0][:64])

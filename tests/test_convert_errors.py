@@ -8,8 +8,8 @@ import pytest
 import vit_keras
 import keras
 
-from apps import cli
-from convert import export as tflite_export
+from vit_keras.apps import cli
+from vit_keras.convert import export as tflite_export
 
 LABELS = [f"class_{i}" for i in range(10)]
 
@@ -153,7 +153,7 @@ def test_cli_export_and_verify(vit_file, tmp_path, capsys):
 
 def test_verify_fits_the_data_to_the_model(tmp_path):
     """A 32x32 RGB model verified on 28x28 gray Fashion-MNIST: the images are resized and converted as in training."""
-    from convert.verify import verify_files
+    from vit_keras.convert.verify import verify_files
 
     model = vit_keras.create_model("vit_ti16", image_size=32, patch_size=8, hidden_size=16, num_heads=2, mlp_dim=32,
                                    num_layers=1, num_classes=10, include_preprocessing=True)
@@ -179,7 +179,7 @@ def test_dynamic_batch(vit_file, tmp_path):
     interpreter.invoke()
     scores = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     assert scores.shape == (4, 10) and np.allclose(scores.sum(-1), 1.0, atol=1e-5)
-    from convert.verify import delegation_report
+    from vit_keras.convert.verify import delegation_report
 
     assert not delegation_report(out)["fallback"]  # the class token and readout take no batch-sized op
 

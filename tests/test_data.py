@@ -49,7 +49,7 @@ def make_folder(root, classes=("cat", "dog"), per_class=6):
 
 def test_training_decodes_images_as_the_app_does(tmp_path):
     """No train/device skew: 16-bit, float, EXIF-rotated, transparent and palette images give the same pixels."""
-    from apps.images import load_image
+    from vit_keras.apps.images import load_image
 
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 255, (12, 16, 3), dtype=np.uint8)
@@ -91,7 +91,7 @@ def test_folder_skips_corrupt_images_and_mixes_sizes_and_modes(tmp_path):
 
 def test_folder_images_are_resized_as_they_decode(tmp_path, monkeypatch):
     """Memory at the model's size, not the camera's: big photos shrink on decode, as the app prepares them."""
-    from apps.images import load_image
+    from vit_keras.apps.images import load_image
 
     rng = np.random.default_rng(0)
     exif = Image.Exif()

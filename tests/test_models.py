@@ -249,4 +249,15 @@ def test_model_code_imports_no_tensorflow():
                 assert (node.module or "").split(".")[0] != "tensorflow", name
                 if node.level:  # a sibling module must be backend-neutral too
                     siblings = [node.module] if node.module else [a.name for a in node.names]
-                    assert set(siblings) <= neutral, (name, siblings)
+                    assert set(siblings) <= neutral | {"constants"}, (name, siblings)
+
+
+def test_bare_import_loads_no_keras_or_tensorflow():
+    """`import vit_keras` is light (PEP 562): the names load their modules on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, vit_keras; heavy = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')]; "
+            "assert not heavy, heavy; assert 'create_model' in dir(vit_keras); vit_keras.create_model; "
+            "assert 'keras' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
-from apps import cli
+from vit_keras.apps import cli
 from vit_keras import runs, train
 from vit_keras.data import load_arrays
 from vit_keras.pipeline import make_dataset
@@ -248,14 +248,14 @@ def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):
 
 
 def run_cli(*args, env=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "vit_keras.apps.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_rerun_resumes_to_the_full_epoch_count(tmp_path):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "apps.cli", "train", "--data", "fashion_mnist", "--limit", "1024", "--epochs",
+    command = [sys.executable, "-m", "vit_keras.apps.cli", "train", "--data", "fashion_mnist", "--limit", "1024", "--epochs",
                "3", "--batch-size", "32", "--out", str(out), "--no-jit", "--quiet", *TINY_ARGS]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     history, deadline = out / "history.csv", time.time() + 400
@@ -292,8 +292,8 @@ def test_a_folder_of_photos_trains_and_ships_with_its_folder_names(fashion, tmp_
     metadata and the app's answers carry the sub-folder names."""
     from PIL import Image
 
-    from apps.classifier import Classifier
-    from convert.metadata import read_labels
+    from vit_keras.apps.classifier import Classifier
+    from vit_keras.convert.metadata import read_labels
 
     images, labels, names = fashion
     classes = {0: "t-shirt", 1: "trouser", 8: "bag"}
@@ -457,7 +457,7 @@ def test_multi_worker_mirrored_two_processes_match_one_worker(tmp_path):
             "--augment", "none", "--no-jit", "--quiet", *TINY_ARGS]  # a fixed LR, as in MIRRORED
     one = run_cli(*args, "--strategy", "default", "--out", str(tmp_path / "one"))
     assert one.returncode == 0, one.stderr[-2000:]
-    run_workers([[sys.executable, "-m", "apps.cli", *args, "--strategy", "multi_worker", "--out",
+    run_workers([[sys.executable, "-m", "vit_keras.apps.cli", *args, "--strategy", "multi_worker", "--out",
                   str(tmp_path / "two")]] * 2)
     config = json.loads((tmp_path / "two" / "config.json").read_text())
     assert config["replicas"] == 2

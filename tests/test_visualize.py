@@ -191,7 +191,7 @@ def saved_model(tmp_path_factory):
 
 
 def test_explain_cli_writes_overlay(saved_model, tmp_path, capsys):
-    from apps.cli import main
+    from vit_keras.apps.cli import main
 
     assert main(["explain", str(saved_model / "model.keras"), str(saved_model / "x.png"), "--out", str(tmp_path)]) == 0
     with Image.open(tmp_path / "x_attention.png") as image:
@@ -204,7 +204,7 @@ def test_explain_cli_writes_overlay(saved_model, tmp_path, capsys):
     assert main(["explain", str(saved_model / "model.keras"), str(saved_model / "x.png"), str(tmp_path / "b" / "x.png"),
                  "--out", str(tmp_path / "out")]) == 0  # two x.png from two folders: two overlays
     assert sorted(os.listdir(tmp_path / "out")) == ["x_1_attention.png", "x_attention.png"]
-    from apps.commands.explain import output_names
+    from vit_keras.apps.commands.explain import output_names
 
     assert output_names(["x/a.png", "y/a.png", "a_1.jpg"]) == ["a_attention.png", "a_1_attention.png",
                                                                 "a_1_1_attention.png"]
@@ -215,7 +215,7 @@ def test_explain_cli_writes_overlay(saved_model, tmp_path, capsys):
 
 
 def test_inspect_cli_writes_figures(saved_model, tmp_path):
-    from apps.cli import main
+    from vit_keras.apps.cli import main
 
     code = main(["inspect", str(saved_model / "model.keras"), "--out", str(tmp_path), "--limit", "16"])
     assert code == 0

@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 
 from app_models import bad_inputs, fashion, shared_models
-from apps.cli import main
-from apps.examples import bundled_examples, foolbox_data_dir
+from vit_keras.apps.cli import main
+from vit_keras.apps.examples import bundled_examples, foolbox_data_dir
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = "/usr/bin/chromium"
@@ -61,7 +61,7 @@ def server(models, tmp_path_factory):
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")))
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "apps.cli", "serve", str(models["attention"]), "--port", str(port)],
+            [sys.executable, "-m", "vit_keras.apps.cli", "serve", str(models["attention"]), "--port", str(port)],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}/"
     try:

@@ -1,42 +1,41 @@
-"""vit-keras: Vision Transformers (Dosovitskiy et al., 2020) for Keras 3."""
+"""vit-keras: Vision Transformers (Dosovitskiy et al., 2020) for Keras 3.
 
+``import vit_keras`` is light: it imports neither Keras nor TensorFlow. Each public name loads its module on first
+use (PEP 562), so the device runtime (``vit_keras.apps``) and the other Keras backends are not tied to TensorFlow.
+"""
+
+import importlib
 import os
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from .inference import predict, predict_function  # noqa: E402
-from .microbatch import enable_micro_batches  # noqa: E402
-from .layers import (  # noqa: E402
-    DropPath,
-    MultiHeadSelfAttention,
-    PatchEncoder,
-    Patches,
-    TokenPooling,
-    TransformerBlock,
-)
-from .models import (  # noqa: E402
-    MODELS,
-    VARIANTS,
-    VisionTransformer,
-    create_model,
-    list_models,
-    model_config,
-    resize_model,
-    resize_position_embedding,
-    vit_b8,
-    vit_b16,
-    vit_b32,
-    vit_h14,
-    vit_l16,
-    vit_l32,
-    vit_r26_s32,
-    vit_r50_b16,
-    vit_r50_l32,
-    vit_s16,
-    vit_s32,
-    vit_ti16,
-)
-from .stems import ConvStem, ResNetV2Stem, StdConv2D  # noqa: E402
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter, if it is ever imported
 
 __version__ = "0.1.0"
+
+# public name -> the submodule that defines it
+_EXPORTS = {
+    "inference": ("predict", "predict_function"),
+    "microbatch": ("enable_micro_batches",),
+    "layers": ("DropPath", "MultiHeadSelfAttention", "PatchEncoder", "Patches", "TokenPooling", "TransformerBlock"),
+    "models": (
+        "MODELS", "VARIANTS", "VisionTransformer", "create_model", "list_models", "model_config", "resize_model",
+        "resize_position_embedding", "vit_b8", "vit_b16", "vit_b32", "vit_h14", "vit_l16", "vit_l32",
+        "vit_r26_s32", "vit_r50_b16", "vit_r50_l32", "vit_s16", "vit_s32", "vit_ti16",
+    ),
+    "stems": ("ConvStem", "ResNetV2Stem", "StdConv2D"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vit_keras' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -92,8 +92,10 @@ def keras_throughput(name, batch, image_size, repeats):
 
 
 def timm_throughput(python, names, batch, image_size, repeats):
-    """timm's images/s, measured by benchmarks/timm_inference.py in ``python`` (or this interpreter)."""
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "timm_inference.py"
+    """timm's images/s, measured by timm_inference.py in ``python`` (or this interpreter).
+
+    The script is run by path, so ``python`` needs torch and timm but not vit_keras."""
+    script = Path(__file__).with_name("timm_inference.py")
     names = [n for n in names if n in TIMM_NAMES]
     command = [python or sys.executable, str(script), "--batch-size", str(batch), "--image-size", str(image_size),
                "--repeats", str(repeats), *[TIMM_NAMES[n] for n in names]]

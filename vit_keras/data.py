@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .constants import SPLITS
+
 log = logging.getLogger("vit_keras.data")
 
 FASHION_MNIST_DIR = os.environ.get("VIT_KERAS_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
 FASHION_MNIST_CLASSES = [
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 ]
-SPLITS = ("train", "val", "test")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 MAX_SIDE = 512  # the longest side folder images keep when no `image_size` is asked for
 

@@ -15,8 +15,8 @@ import keras
 import numpy as np
 from keras import ops
 
-POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
-POOLINGS = ("token", "gap")
+from .constants import POOLINGS, POSITION_EMBEDDINGS
+
 
 register = keras.saving.register_keras_serializable(package="vit_keras")
 

@@ -18,9 +18,8 @@ import numpy as np
 from keras import ops
 
 from . import stems
+from .constants import POOLINGS, POSITION_EMBEDDINGS
 from .layers import (
-    POOLINGS,
-    POSITION_EMBEDDINGS,
     PatchEncoder,
     TokenPooling,
     TransformerBlock,

@@ -17,9 +17,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from .constants import AUGMENTATIONS
 from .layers import pair
 
-AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
 # Fixed parallelism instead of tf.data's autotuning: destroying an autotuned iterator, which Keras does
 # at every epoch's start, waited on a tf.data thread and left the quick recipe idle for 1-12 s per epoch
 # (a fifth of its training time). The steps work on whole batches, so a map over the cores and two

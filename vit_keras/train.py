@@ -24,12 +24,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from .constants import PRECISIONS, STRATEGIES
 from .layers import pair, register
 from .microbatch import enable_micro_batches
 from .runs import NonFiniteLoss  # noqa: F401  (re-exported: callers catch it from here)
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 # Variable names (``variable.name``) kept out of weight decay: LayerNorm/BatchNorm scale and offset,
 # all biases, the position embeddings and the class token.
 NO_DECAY_PATTERN = r"^(gamma|beta|bias|pos_embedding|pos_row|pos_col|pos_cls|cls)$"

@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from .constants import LUMA_WEIGHTS, PIXEL_MEAN, PIXEL_STD
 from .files import atomic_path
 
 
@@ -49,7 +50,7 @@ def model_inputs(model, images, pixels=True):
                          "Use `load_image` to resize a file to the model's input.")
     has_preprocessing = any(layer.name == "preprocessing" for layer in model.layers)
     if pixels and not has_preprocessing:
-        images = images / 127.5 - 1.0  # the model expects the checkpoints' [-1, 1] range
+        images = (images - PIXEL_MEAN) / PIXEL_STD  # the model expects the checkpoints' [-1, 1] range
     return images
 
 
@@ -69,7 +70,7 @@ def load_image(path, model):
         return array
     if channels == 3:
         return np.repeat(array, 3, axis=-1)
-    return (array @ np.array([0.2989, 0.587, 0.114], "float32"))[..., None]  # luma, as tf.image.rgb_to_grayscale
+    return (array @ np.array(LUMA_WEIGHTS, "float32"))[..., None]
 
 
 # ----------------------------------------------------------------------------- attention rollout

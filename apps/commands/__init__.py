@@ -7,6 +7,8 @@ stays fast; heavy imports (TensorFlow, LiteRT) happen inside ``run``.
 
 import argparse
 
+from vit_keras.constants import RUNTIMES
+
 
 def positive_int(text):
     """argparse type: an int >= 1."""
@@ -20,6 +22,6 @@ def add_runtime_arguments(parser):
     """--threads and --runtime, shared by the commands that run a .tflite on LiteRT."""
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="LiteRT CPU threads (default: up to 4, or 1 where the model runs faster on one)")
-    parser.add_argument("--runtime", choices=("interpreter", "compiled"), default="interpreter",
+    parser.add_argument("--runtime", choices=RUNTIMES, default="interpreter",
                         help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
                              "CompiledModel")

@@ -1,6 +1,6 @@
 """`vit-keras classify MODEL.tflite IMAGE... [--top-k 5] [--json]`: classify image files and folders."""
 
-from apps.commands import add_runtime_arguments, positive_int
+from vit_keras.apps.commands import add_runtime_arguments, positive_int
 
 HELP = "Classify images with a .tflite model (LiteRT, labels and normalization from the model's metadata)."
 
@@ -17,8 +17,8 @@ def run(args):
     import json
     import sys
 
-    from apps.classifier import Classifier
-    from apps.images import ImageError, list_images
+    from vit_keras.apps.classifier import Classifier
+    from vit_keras.apps.images import ImageError, list_images
 
     files = list_images(args.images)
     if not files:

@@ -2,13 +2,15 @@
 
 import os
 
+from vit_keras.constants import SPLITS
+
 HELP = "Evaluate a trained model (.keras): loss, accuracy, per-class table, optional confusion-matrix PNG."
 
 
 def add_arguments(parser):
     parser.add_argument("model", help="a trained model, e.g. runs/fashion_mnist/model.keras")
     parser.add_argument("--data", default="fashion_mnist", help="fashion_mnist | tfds:NAME | folder:PATH")
-    parser.add_argument("--split", choices=("test", "val", "train"), default="test",
+    parser.add_argument("--split", choices=SPLITS, default="test",
                         help="split to evaluate (a folder's test split is its seeded held-out part)")
     parser.add_argument("--confusion", default=None, help="write the confusion matrix as this PNG")
     parser.add_argument("--batch-size", type=int, default=256)

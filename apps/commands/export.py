@@ -1,7 +1,7 @@
 """`vit-keras export`: a trained .keras ViT -> .tflite with metadata (labels, normalization) for Android/MediaPipe."""
 
 HELP = "Export a trained ViT (.keras) to TFLite (float32|float16|dynamic|int8) with metadata."
-QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
+from vit_keras.constants import QUANTIZATIONS
 
 
 def add_arguments(parser):
@@ -26,7 +26,7 @@ def run(args):
     if args.quantize == "int8" and not args.calibration:
         raise ValueError("--quantize int8 (the default) needs --calibration DATA: the training data spec "
                          "(fashion_mnist, tfds:NAME or folder:PATH). Float modes need none.")
-    from convert.export import MIN_CALIBRATION_IMAGES, export_tflite
+    from vit_keras.convert.export import MIN_CALIBRATION_IMAGES, export_tflite
 
     if args.quantize == "int8" and args.calibration_size < MIN_CALIBRATION_IMAGES:  # before any data loads
         raise ValueError(f"--calibration-size must be at least {MIN_CALIBRATION_IMAGES}; got {args.calibration_size}.")

@@ -2,7 +2,7 @@
 
 import argparse
 
-from apps.commands import add_runtime_arguments, positive_int
+from vit_keras.apps.commands import add_runtime_arguments, positive_int
 
 HELP = "Serve a web page that classifies uploaded or example images with a .tflite model."
 
@@ -28,7 +28,7 @@ def add_arguments(parser):
 def run(args):
     import os
 
-    from apps.web import serve
+    from vit_keras.apps.web import serve
 
     if args.keras and not os.path.isfile(args.keras):
         raise FileNotFoundError(f"no such .keras file: {args.keras}")

@@ -4,10 +4,8 @@ import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
-RECIPES = ("quick", "long")
-AUGMENTS = ("none", "flip", "crop", "randaugment")
+from vit_keras.constants import AUGMENTATIONS, PRECISIONS, RECIPES, STRATEGIES
+
 OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 
@@ -32,7 +30,7 @@ def add_arguments(parser):
     parser.add_argument("--label-smoothing", type=float, default=None)
     parser.add_argument("--drop-path", type=float, default=None)
     parser.add_argument("--warmup-epochs", type=float, default=None)
-    parser.add_argument("--augment", choices=AUGMENTS, default=None)
+    parser.add_argument("--augment", choices=AUGMENTATIONS, default=None)
     parser.add_argument("--crop-scale", type=float, default=None, metavar="MIN",
                         help="smallest area fraction kept by --augment crop / randaugment (0 < MIN <= 1)")
     parser.add_argument("--mixup", type=float, default=None, help="MixUp alpha (0: off)")

@@ -24,7 +24,7 @@ def run(args):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be a positive integer; got {value}.")
-    from convert.verify import verify_files
+    from vit_keras.convert.verify import verify_files
 
     print(verify_files(args.tflite, args.against, args.data, split=args.split, limit=args.limit,
                        runs=args.runs, threads=threads))
