@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from vit_keras.constants import RUNTIMES
+
 from .attention import attention_heatmap
 from .images import load_image
 from .model_info import read_model_info

@@ -2,7 +2,7 @@
 
 The GPU machine this project can borrow has JAX but no TensorFlow, and nothing can be installed there
 but carried wheels (TensorFlow's is ~600 MB). ``vit_keras``'s layers and models use ``keras.ops`` only,
-so this loads them without the package's TensorFlow-only modules and runs them under
+and ``import vit_keras`` loads no TensorFlow, so this imports them from the checkout and runs them under
 ``KERAS_BACKEND=jax``. It prints, and writes as JSON with ``--json``:
 
 - mixed_bfloat16 / mixed_float16 logits against float32 from the same weights (top-1 agreement, max abs
@@ -22,7 +22,6 @@ import os
 import sys
 import time
 import traceback
-import types
 
 import numpy as np
 
@@ -31,10 +30,8 @@ POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def load_model_code():
-    """vit_keras.layers and vit_keras.models without the package __init__ (which imports TensorFlow)."""
-    package = types.ModuleType("vit_keras")
-    package.__path__ = [os.path.join(ROOT, "vit_keras")]
-    sys.modules["vit_keras"] = package
+    """vit_keras.layers and vit_keras.models from this checkout (the package import is light: no TensorFlow)."""
+    sys.path.insert(0, ROOT)
     from vit_keras import layers, models
 
     return layers, models

@@ -7,18 +7,20 @@ The file is written atomically (temp file + os.replace) after every check has
 passed, so a failed export never leaves a partial file behind.
 """
 
+import inspect
 import os
 import re
 
 import numpy as np
 
 from vit_keras.constants import PIXEL_MEAN, PIXEL_STD, QUANTIZATIONS
+from vit_keras.validation import check_keywords
 
 from . import metadata as tflite_metadata
 
 # int8 keeps these ops in float. BATCH_MATMUL, SOFTMAX, GELU, RSQRT: XNNPACK has no int8
 # kernel for them, so in int8 each one splits the graph and runs on slow single-threaded
-# reference kernels (the 1.9x slowdown of a plain int8 ViT-Ti/16); MEAN, SUB, MUL: LayerNorm's
+# reference kernels (their cost: docs/benchmarks.md, "Export"); MEAN, SUB, MUL: LayerNorm's
 # statistics, the most sensitive ops in the per-op sensitivity sweep (convert/sensitivity.py).
 # These are also the ViT ops known to lose accuracy in int8 (softmax, GELU, LayerNorm outliers).
 # CONCATENATION, SPLIT and the ADDs of the residual stream and of LayerNorm's shift (nodes named in
@@ -144,9 +146,9 @@ def conv_stem_nodes(model, calibrated):
     """Names of the CONV_2D ops that don't read the image input: a conv stem's convs and its 1x1 patch embedding
     (none for a model without a conv stem).
 
-    They hold 4% of the quick recipe's weights but fix the tokens' precision: kept in float, the Fashion-MNIST
-    model's int8 agreement goes from 99.41% to 99.52% (accuracy 89.77% -> 89.83%, Keras 89.83%) for 18 KB.
-    The conv that reads the input (RGB -> gray, or the normalization) stays int8, so the input stays uint8.
+    They are a small part of the weights but fix the tokens' precision, so int8 keeps them in float (what that
+    buys in agreement and costs in bytes: docs/benchmarks.md, "The conv stem in float"). The conv that reads
+    the input (RGB -> gray, or the normalization) stays int8, so the input stays uint8.
     """
     from ai_edge_litert.interpreter import Interpreter
 
@@ -295,6 +297,16 @@ def write_atomic(path, data):
         raise OSError(error.errno, f"could not write `out` {path!r}: {error.strerror or error}") from error
 
 
+def check_metadata_keywords(metadata_fields):
+    """Refuse keywords that reach ``export_tflite``'s ``**metadata_fields`` but are no metadata field, naming the
+    nearest of all its keywords (a misspelt ``quantize`` lands there too)."""
+    parameters = [name for name in inspect.signature(export_tflite).parameters if name != "metadata_fields"]
+    try:
+        check_keywords(metadata_fields, parameters + list(METADATA_FIELDS), "export_tflite()")
+    except TypeError as error:
+        raise TypeError(f"{error} Metadata fields (stored in the file), valid: {', '.join(METADATA_FIELDS)}.") from None
+
+
 def export_tflite(model, out, quantize="float32", calibration=None, labels=None, dynamic_batch=False,
                   calibration_size=DEFAULT_CALIBRATION_IMAGES, float_ops=INT8_FLOAT_OPS, **metadata_fields):
     """Export ``model`` (a .keras path or a VisionTransformer) to ``out``; returns a summary dict.
@@ -306,9 +318,7 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     """
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
-    unknown = sorted(set(metadata_fields) - set(METADATA_FIELDS))
-    if unknown:
-        raise TypeError(f"Unknown metadata field(s) {', '.join(unknown)}; valid: {', '.join(METADATA_FIELDS)}.")
+    check_metadata_keywords(metadata_fields)
     if quantize == "int8" and (calibration_size is None or int(calibration_size) < MIN_CALIBRATION_IMAGES):
         raise ValueError(f"`calibration_size` must be at least {MIN_CALIBRATION_IMAGES} (int8 calibrates on that "
                          f"many real images; {DEFAULT_CALIBRATION_IMAGES} by default); got {calibration_size}.")

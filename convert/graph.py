@@ -26,7 +26,6 @@ import numpy as np
 import tensorflow as tf
 
 from vit_keras.constants import LUMA_WEIGHTS, PIXEL_MEAN, PIXEL_STD
-from vit_keras.layers import PatchEncoder, TransformerBlock
 from vit_keras.models import VisionTransformer
 from vit_keras.stems import ResNetV2Stem
 
@@ -252,30 +251,28 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None):
         x = tf.nn.conv2d(x, tf.constant(RGB_TO_GRAY.reshape(1, 1, 3, 1)), strides=1, padding="VALID")
     elif channels != 3:
         raise ValueError(f"`model` has {channels} input channels; export supports models trained on 1 or 3.")
-    token_pooling = model.vit_config["pooling"] == "token"
-    for layer in model.layers[1:]:
-        if layer.name == "preprocessing":
-            continue  # done above, or by the runtime from the normalization metadata
-        if isinstance(layer, ResNetV2Stem):
-            x = resnet_stem(layer, x)
-        elif isinstance(layer, PatchEncoder):
-            x = patch_embedding(layer, x)
-        elif isinstance(layer, TransformerBlock):
-            attn = layer.attn
-            scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None
-            x = transformer_block(layer, x, scales, observe)
-        elif isinstance(layer, keras.layers.LayerNormalization):
-            x = layer_norm(layer, x)
-        elif isinstance(layer, keras.layers.Dense):
+    # model.preprocessing is done above, or by the runtime from the normalization metadata
+    stem = model.stem
+    if isinstance(stem, ResNetV2Stem):
+        x = resnet_stem(stem, x)
+    elif stem is not None:
+        x = stem(x)
+    x = patch_embedding(model.patch_encoder, x)
+    for block in model.blocks:
+        attn = block.attn
+        scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None
+        x = transformer_block(block, x, scales, observe)
+    x = layer_norm(model.encoder_norm, x)
+    pool = model.pooling_layer
+    if pool.pooling == "token":
+        x = tf.reshape(x, (-1, x.shape[-1]))  # (B, 1, D) -> (B, D): a RESHAPE, not a STRIDED_SLICE
+    else:
+        if pool.class_token:
+            x = token_slice(x, 1)
+        x = tf.reduce_mean(x, axis=1)
+    for layer in (model.pre_logits, model.head):
+        if layer is not None:
             x = dense(layer, x)
-        elif layer.name == "pool" and token_pooling:
-            x = tf.reshape(x, (-1, x.shape[-1]))  # (B, 1, D) -> (B, D): a RESHAPE, not a STRIDED_SLICE
-        elif layer.name == "pool":
-            if layer.class_token:
-                x = token_slice(x, 1)
-            x = tf.reduce_mean(x, axis=1)
-        else:
-            x = layer(x)
     return tf.nn.softmax(tf.cast(x, tf.float32), axis=-1)
 
 

@@ -187,8 +187,8 @@ def torch_cases():
 
 
 def check_resample_matrix():
-    """vit_keras.models._resample_matrix vs torch bicubic antialias=True, in float64 and float32."""
-    source = open(os.path.join(ROOT, "vit_keras", "models.py")).read()
+    """vit_keras.position.resample_matrix vs torch bicubic antialias=True, in float64 and float32."""
+    source = open(os.path.join(ROOT, "vit_keras", "position.py")).read()
     start, end = source.index("def _cubic"), source.index("def resize_position_embedding")
     helpers = {"np": np}
     exec(source[start:end], helpers)  # the two pure-numpy helpers, without importing keras
@@ -198,13 +198,13 @@ def check_resample_matrix():
             for dtype in worst:
                 x = torch.randn(1, 4, old, old + 1, dtype=dtype)
                 ref = F.interpolate(x, size=(new, new + 3), mode="bicubic", antialias=True).double().numpy()
-                rows, cols = helpers["_resample_matrix"](old, new), helpers["_resample_matrix"](old + 1, new + 3)
+                rows, cols = helpers["resample_matrix"](old, new), helpers["resample_matrix"](old + 1, new + 3)
                 ours = np.einsum("ih,jw,bchw->bcij", rows, cols, x.double().numpy())
                 worst[dtype] = max(worst[dtype], float(np.abs(ref - ours).max()))
     # and through timm's own function, on a class-token table
     pos = torch.randn(1, 1 + 16, 8)
     ref = resample_abs_pos_embed(pos, new_size=(6, 5), num_prefix_tokens=1).numpy()
-    rows, cols = helpers["_resample_matrix"](4, 6), helpers["_resample_matrix"](4, 5)
+    rows, cols = helpers["resample_matrix"](4, 6), helpers["resample_matrix"](4, 5)
     grid = np.einsum("ih,jw,bhwd->bijd", rows, cols, pos[:, 1:].double().numpy().reshape(1, 4, 4, 8))
     timm_diff = float(np.abs(ref[:, 1:] - grid.reshape(1, 30, 8)).max())
     print(f"resample matrix vs torch bicubic antialias: float64 {worst[torch.float64]:.2e}, "

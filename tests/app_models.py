@@ -1,53 +1,40 @@
-"""Test-only: tiny trained ViTs exported to .tflite for the app's tests (uses TensorFlow; the app never does).
+"""Test-only: tiny ViTs trained on Fashion-MNIST, saved as a run and exported to .tflite (uses TensorFlow; the
+app never does).
 
-``build_models(out_dir)`` trains a 1-block ViT on Fashion-MNIST for a few hundred steps and writes
+``train_fashion_run(folder, ...)`` trains the 1-block ViT that test_convert.py and the app's tests share and saves it
+as a training run (model.keras + labels.txt). ``build_models(out_dir)`` trains it for a few hundred steps and writes
   - model.keras + labels.txt                       (the training contract's run directory)
   - float32/float16/dynamic/int8.tflite            with convert's exporter (RGB input, metadata)
   - attention.tflite  1-channel raw-pixel float input, logits + attention outputs
 """
 
-import gzip
 import os
 from pathlib import Path
 
 import numpy as np
 
 from vit_keras.constants import QUANTIZATIONS
+from vit_keras.data import FASHION_MNIST_CLASSES, load_arrays
 
-FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
-CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+FASHION_VIT = dict(image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1,
+                   num_classes=10, include_preprocessing=True)
 
 
-def fashion(split):
-    prefix = "train" if split == "train" else "t10k"
-    images = read_idx(FASHION_DIR / f"{prefix}-images-idx3-ubyte.gz")[..., None]
-    labels = read_idx(FASHION_DIR / f"{prefix}-labels-idx1-ubyte.gz").astype("int64")
-    return images, labels
-
-
-def _train(steps=200):
+def train_fashion_run(folder, images, labels, batch_size, epochs):
+    """The tiny Fashion-MNIST ViT (seed 0, Adam 3e-3) fitted on ``images``, saved in ``folder``; returns the model."""
     import keras
 
     import vit_keras
 
     keras.utils.set_random_seed(0)
-    model = vit_keras.create_model(
-        "vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
-        mlp_dim=64, num_layers=1, num_classes=10, include_preprocessing=True)
-    images, labels = fashion("train")
+    model = vit_keras.create_model("vit_ti16", **FASHION_VIT)
     model.compile(optimizer=keras.optimizers.Adam(3e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    n = steps * 64
-    model.fit(images[:n].astype("float32"), labels[:n], batch_size=64, epochs=1, verbose=0)
+    model.fit(images.astype("float32"), labels, batch_size=batch_size, epochs=epochs, verbose=0)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(folder / "model.keras")
+    (folder / "labels.txt").write_text("\n".join(FASHION_MNIST_CLASSES) + "\n")
     return model
 
 
@@ -88,25 +75,23 @@ def _attention_model(model, out_path, labels):
     write_atomic(str(out_path), data)
 
 
-def build_models(out_dir):
+def build_models(out_dir, steps=200):
     """Train, save and export; returns {quantization | "attention" | "keras" | "labels": path}."""
     import keras
 
     from vit_keras.convert.export import export_tflite
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model = _train()
-    model.save(out_dir / "model.keras")
-    (out_dir / "labels.txt").write_text("\n".join(CLASS_NAMES) + "\n")
-    calibration = fashion("train")[0][:200]
+    images, labels, _ = load_arrays("fashion_mnist", "train", limit=steps * 64)
+    model = train_fashion_run(out_dir, images, labels, batch_size=64, epochs=1)
+    calibration = images[:200]
     paths = {"keras": out_dir / "model.keras", "labels": out_dir / "labels.txt"}
     for mode in QUANTIZATIONS:
         paths[mode] = out_dir / f"{mode}.tflite"
-        export_tflite(model, paths[mode], quantize=mode, labels=CLASS_NAMES,
+        export_tflite(model, paths[mode], quantize=mode, labels=FASHION_MNIST_CLASSES,
                       calibration=calibration if mode == "int8" else None, calibration_size=200)
     paths["attention"] = out_dir / "attention.tflite"
-    _attention_model(model, paths["attention"], CLASS_NAMES)
+    _attention_model(model, paths["attention"], FASHION_MNIST_CLASSES)
     keras.backend.clear_session()
     return paths
 

@@ -10,23 +10,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app_models import QUANTIZATIONS, bad_inputs, fashion, mode_variants, shared_models
+from app_models import bad_inputs, mode_variants
 from vit_keras.apps.cli import COMMANDS, main
 from vit_keras.apps.examples import bundled_examples, foolbox_data_dir
+from vit_keras.constants import QUANTIZATIONS
 
 REPO = Path(__file__).resolve().parents[1]
 FOOLBOX = foolbox_data_dir()
 
 
 @pytest.fixture(scope="session")
-def models(tmp_path_factory):
-    return shared_models(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def test_images(tmp_path_factory):
+def test_images(tmp_path_factory, fashion_test):
     """The first 20 Fashion-MNIST test images as PNG files, with their labels."""
-    images, labels = fashion("test")
+    images, labels = fashion_test
     folder = tmp_path_factory.mktemp("fashion")
     for i in range(20):
         Image.fromarray(images[i, :, :, 0], "L").save(folder / f"{i:02d}.png")

@@ -1,6 +1,5 @@
 """Export to TFLite: every quantization mode, run by MediaPipe's ImageClassifier, metadata read back, bad input."""
 
-import gzip
 import json
 import os
 
@@ -10,45 +9,28 @@ import pytest
 import vit_keras  # noqa: F401  (registers the layers before keras loads a model)
 import keras
 
+from app_models import train_fashion_run
+from vit_keras.constants import QUANTIZATIONS as MODES
 from vit_keras.convert import export as tflite_export
 from vit_keras.convert import metadata as tflite_metadata
 from vit_keras.convert.graph import keras_scores
 from vit_keras.convert.verify import delegation_report, format_table, predict, verify
-
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-LABELS = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
-MODES = ("float32", "float16", "dynamic", "int8")
-
-
-def read_idx(name):
-    with gzip.open(os.path.join(FASHION_MNIST, name)) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * dims).reshape(shape)
+from vit_keras.data import FASHION_MNIST_CLASSES as LABELS
 
 
 @pytest.fixture(scope="module")
-def fashion():
-    train = read_idx("train-images-idx3-ubyte.gz")[:3000, :, :, None]
-    train_labels = read_idx("train-labels-idx1-ubyte.gz")[:3000].astype("int64")
-    test = read_idx("t10k-images-idx3-ubyte.gz")[:200, :, :, None]
-    test_labels = read_idx("t10k-labels-idx1-ubyte.gz")[:200].astype("int64")
-    return train, train_labels, test, test_labels
+def fashion(fashion_train, fashion_test):
+    """3000 training images (for fitting and calibration) and 200 test images, with their labels."""
+    (train, train_labels), (test, test_labels) = fashion_train, fashion_test
+    return train[:3000], train_labels[:3000], test[:200], test_labels[:200]
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, fashion):
     """A tiny ViT trained for a few steps on real Fashion-MNIST, saved like a training run."""
     train, train_labels, _, _ = fashion
-    keras.utils.set_random_seed(0)
-    model = vit_keras.create_model("vit_ti16", image_size=28, patch_size=7, channels=1, hidden_size=32, num_heads=2,
-                                   mlp_dim=64, num_layers=1, num_classes=10, include_preprocessing=True)
-    model.compile(keras.optimizers.Adam(3e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(train.astype("float32"), train_labels, batch_size=100, epochs=2, verbose=0)
     folder = tmp_path_factory.mktemp("run")
-    model.save(folder / "model.keras")
-    (folder / "labels.txt").write_text("\n".join(LABELS) + "\n")
+    train_fashion_run(folder, train, train_labels, batch_size=100, epochs=2)
     return folder
 
 

@@ -197,3 +197,20 @@ def test_calibration_size_is_honoured(vit_file, tmp_path, monkeypatch):
     tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8", calibration=images(350),
                                 calibration_size=320)
     assert seen == [320]
+
+
+def test_unknown_keywords_name_the_nearest_valid_one(vit_file, tmp_path):
+    """A misspelt parameter or metadata field reaches **metadata_fields: it is refused before any work, naming the
+    keyword meant."""
+    from vit_keras.convert.metadata import read_model_metadata
+
+    for keywords, meant in [(dict(quantise="int8"), "quantize"), (dict(licence="MIT"), "license"),
+                            (dict(calibration_sise=300), "calibration_size")]:
+        with pytest.raises(TypeError, match=rf"export_tflite\(\) got unknown keyword argument .*did you mean '{meant}'"):
+            tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="float32", **keywords)
+    with pytest.raises(TypeError, match="'colour'.*valid keywords are .*quantize.*Metadata fields"):
+        tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", colour="red")
+    assert os.listdir(tmp_path) == []
+    tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="float32", author="someone", version="2")
+    written, _ = read_model_metadata(str(tmp_path / "m.tflite"))  # the metadata fields themselves pass, into the file
+    assert written["author"] == "someone" and written["version"] == "2"

@@ -191,9 +191,9 @@ def test_local_tfds_dataset(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def fashion():
-    images, labels, _ = vdata.load_arrays("fashion_mnist", "train", limit=256)
-    return images, labels
+def fashion(fashion_train):
+    images, labels = fashion_train
+    return images[:256], labels[:256]
 
 
 def batches(dataset, n=2):
@@ -274,3 +274,55 @@ def test_randaugment_draws_its_ops_per_image():
     batch = next(iter(make_dataset(same, np.zeros(16, np.int64), 2, batch_size=16, training=True,
                                    augment="randaugment", crop_scale=(1.0, 1.0), flip=False)))[0].numpy()
     assert len({image.tobytes() for image in batch}) > 8  # one draw per batch made all 16 alike
+
+
+# ---- folders laid out as train/ + val/ or validation/ + test/ -------------------------------------------------
+
+def test_split_folders_are_used_as_given(tmp_path):
+    make_folder(tmp_path / "set" / "train", classes=("cat", "dog", "eel"), per_class=6)
+    make_folder(tmp_path / "set" / "test", classes=("cat", "dog", "eel"), per_class=2)
+    spec = f"folder:{tmp_path / 'set'}"
+    train, val, test = (vdata.load_dataset(spec, split) for split in ("train", "val", "test"))
+    assert len(train.labels) == 18 and train.class_names == ["cat", "dog", "eel"]  # all of train/, no hold-out
+    assert len(test.labels) == 6 and sorted(set(test.labels.tolist())) == [0, 1, 2]
+    assert np.array_equal(val.images, test.images)  # no val/: validation reads test/, as Fashion-MNIST's does
+    assert "train/" in train.source and "test/" in test.source
+    make_folder(tmp_path / "set" / "validation", classes=("cat", "dog", "eel"), per_class=1)
+    assert len(vdata.load_dataset(spec, "val").labels) == 3 and len(vdata.load_dataset(spec, "test").labels) == 6
+    assert vdata.folder_image_size(str(tmp_path / "set")) is not None  # sizes from train/, not the split names
+
+
+def test_a_lone_train_folder_holds_out_a_seeded_part(tmp_path):
+    make_folder(tmp_path / "set" / "train", per_class=10)
+    spec = f"folder:{tmp_path / 'set'}"
+    train, val = (vdata.load_dataset(spec, split, val_fraction=0.2) for split in ("train", "val"))
+    assert (len(train.labels), len(val.labels)) == (16, 4) and "held-out" in val.source
+
+
+def test_split_folders_must_name_the_same_classes(tmp_path):
+    make_folder(tmp_path / "set" / "train", classes=("cat", "dog"))
+    make_folder(tmp_path / "set" / "test", classes=("cat", "eel"))
+    with pytest.raises(ValueError, match=r"train/ has \['cat', 'dog'\], test/ has \['cat', 'eel'\]"):
+        vdata.load_dataset(f"folder:{tmp_path / 'set'}", "test")
+
+
+def test_an_empty_split_or_a_class_missing_from_one_is_clear(tmp_path, caplog):
+    make_folder(tmp_path / "set" / "train", classes=("cat", "dog"))
+    make_folder(tmp_path / "set" / "test", classes=("cat",), per_class=2)
+    os.makedirs(tmp_path / "set" / "test" / "dog")  # the class is there, its images are not
+    with caplog.at_level("WARNING"):
+        test = vdata.load_dataset(f"folder:{tmp_path / 'set'}", "test")
+    assert len(test.labels) == 2 and "no images of 1 class(es): dog" in caplog.text
+    os.makedirs(tmp_path / "empty" / "train" / "cat")
+    os.makedirs(tmp_path / "empty" / "train" / "dog")
+    make_folder(tmp_path / "empty" / "val")
+    with pytest.raises(ValueError, match="has no images"):
+        vdata.load_dataset(f"folder:{tmp_path / 'empty'}", "train")
+
+
+def test_whole_folder_reads_every_image(tmp_path):
+    make_folder(tmp_path / "other", per_class=10)
+    spec = f"folder:{tmp_path / 'other'}"
+    whole = vdata.load_dataset(spec, "test", whole_folder=True)
+    assert len(whole.labels) == 20 and whole.source == "the whole folder"
+    assert len(vdata.load_dataset(spec, "test").labels) == 2  # without it, the seeded 10% held-out part

@@ -6,7 +6,8 @@ import pytest
 import vit_keras  # noqa: F401  (registers the layers)
 import keras
 from keras import ops
-from vit_keras.layers import MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
+from vit_keras.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
+from vit_keras.stems import ConvStem, ResNetV2Stem, StdConv2D
 
 
 def test_patches_shape_and_order_rectangular():
@@ -174,3 +175,34 @@ def test_layer_config_round_trip(layer):
     assert clone.get_config() == config
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(restored) is type(layer)
+
+
+@pytest.mark.parametrize("layer", [
+    DropPath(0.1, seed=3),
+    StdConv2D(4, 3, std_epsilon=1e-6),
+    ResNetV2Stem((1, 1), width=32),
+    ConvStem(4, 32),
+])
+def test_other_layers_config_round_trip(layer):
+    """Every key a layer saves is one its constructor takes, so files saved earlier still load."""
+    config = layer.get_config()
+    assert type(layer).from_config(config).get_config() == config
+
+
+@pytest.mark.parametrize("make, typo, nearest", [
+    (lambda **kw: PatchEncoder(4, 8, 2, **kw), "patch_szie", "patch_size"),
+    (lambda **kw: TransformerBlock(2, 16, **kw), "query_token", "query_tokens"),
+    (lambda **kw: TokenPooling(**kw), "poolng", "pooling"),
+    (lambda **kw: StdConv2D(4, 3, **kw), "std_epsilom", "std_epsilon"),
+    (lambda **kw: ResNetV2Stem(**kw), "depth", "depths"),
+])
+def test_unknown_layer_keyword_names_the_nearest(make, typo, nearest):
+    with pytest.raises(TypeError, match=rf"unknown keyword argument '{typo}' \(did you mean '{nearest}'\?\)"):
+        make(**{typo: 1})
+
+
+def test_keras_base_keywords_still_pass_to_layers():
+    encoder = PatchEncoder(4, 8, 2, name="patches", dtype="float32", trainable=False)
+    assert encoder.name == "patches" and not encoder.trainable
+    block = TransformerBlock(2, 16, name="block", dtype="bfloat16")
+    assert block.compute_dtype == "bfloat16"

@@ -239,7 +239,7 @@ def test_model_code_imports_no_tensorflow():
     import os
 
     package = os.path.dirname(vit_keras.__file__)
-    neutral = {"layers", "stems", "models"}
+    neutral = {"layers", "stems", "models", "position"}
     for name in sorted(neutral):
         tree = ast.parse(open(os.path.join(package, f"{name}.py")).read())
         for node in tree.body:  # module level: what importing the module pulls in
@@ -249,7 +249,7 @@ def test_model_code_imports_no_tensorflow():
                 assert (node.module or "").split(".")[0] != "tensorflow", name
                 if node.level:  # a sibling module must be backend-neutral too
                     siblings = [node.module] if node.module else [a.name for a in node.names]
-                    assert set(siblings) <= neutral | {"constants"}, (name, siblings)
+                    assert set(siblings) <= neutral | {"constants", "validation"}, (name, siblings)
 
 
 def test_bare_import_loads_no_keras_or_tensorflow():
@@ -261,3 +261,77 @@ def test_bare_import_loads_no_keras_or_tensorflow():
             "assert not heavy, heavy; assert 'create_model' in dir(vit_keras); vit_keras.create_model; "
             "assert 'keras' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+@pytest.mark.parametrize("build, where, typo, nearest", [
+    (lambda **kw: tiny(**kw), "create_model", "patch_szie", "patch_size"),
+    (lambda **kw: tiny(**kw), "create_model", "weigths", "weights"),
+    (lambda **kw: vit_keras.VisionTransformer(**{**TINY, **kw}), "VisionTransformer", "hidden_szie", "hidden_size"),
+    (lambda **kw: vit_keras.model_config("vit_ti16", **kw), "model_config", "num_layer", "num_layers"),
+])
+def test_unknown_keyword_is_refused_naming_the_nearest(build, where, typo, nearest):
+    with pytest.raises(TypeError, match=rf"{where} got unknown keyword argument '{typo}' \(did you mean '{nearest}'\?\)"):
+        build(**{typo: 8})
+
+
+def test_unknown_keyword_without_a_near_name_lists_the_valid_ones():
+    with pytest.raises(TypeError, match=r"unknown keyword argument 'bogus_option'; valid keywords are .*patch_size"):
+        vit_keras.create_model("vit_ti16", bogus_option=5)
+
+
+def test_parts_are_named_once_as_properties():
+    from vit_keras import layers, stems
+
+    model = tiny(stem="conv", patch_size=4, include_preprocessing=True, representation_size=16)
+    assert isinstance(model.preprocessing, keras.layers.Rescaling)
+    assert isinstance(model.stem, stems.ConvStem)
+    assert isinstance(model.patch_encoder, layers.PatchEncoder) and model.patch_encoder.grid_size == model.grid_size
+    assert [block.name for block in model.blocks] == ["encoderblock_0", "encoderblock_1"]
+    assert model.encoder_norm is model.get_layer("encoder_norm")
+    assert isinstance(model.pooling_layer, layers.TokenPooling)
+    assert model.pre_logits.units == 16 and model.head.units == 5
+    plain = tiny(include_top=False)
+    assert plain.preprocessing is plain.stem is plain.pre_logits is plain.head is None
+
+
+def test_rebuild_with_new_classes_keeps_every_other_weight_and_zeroes_the_head():
+    model = tiny(representation_size=16)
+    model.head.set_weights([np.ones(w.shape, "float32") for w in model.head.get_weights()])
+    fresh = model.rebuild(num_classes=7)
+    assert fresh.output_shape == (None, 7)
+    assert all(not np.any(w) for w in fresh.head.get_weights())
+    for source, target in zip(model.layers, fresh.layers):
+        if target is not fresh.head:
+            assert all(np.array_equal(a, b) for a, b in zip(source.get_weights(), target.get_weights())), target.name
+    images = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype("float32")
+    same = model.rebuild(drop_path=0.1)  # the head fits: copied, and the model computes the same
+    assert same.get_config()["drop_path"] == 0.1
+    np.testing.assert_array_equal(same.predict(images, verbose=0), model.predict(images, verbose=0))
+    with pytest.raises(TypeError, match=r"'num_clases' \(did you mean 'num_classes'\?\)"):
+        model.rebuild(num_clases=3)
+
+
+@pytest.mark.parametrize("position_embedding", ["learned_2d", "sincos_2d"])
+def test_rebuild_at_another_size_refits_every_position_table(position_embedding):
+    from vit_keras import position
+
+    model = tiny(position_embedding=position_embedding, pooling="gap")
+    bigger = vit_keras.resize_model(model, (48, 64))
+    old, new = model.patch_encoder, bigger.patch_encoder
+    assert new.grid_size == (6, 8)
+    if position_embedding == "sincos_2d":  # fixed: the new grid's own table
+        np.testing.assert_array_equal(ops.convert_to_numpy(new.pos_embedding)[0],
+                                      vit_keras.layers.sincos_2d_embedding((6, 8), 32))
+    else:
+        for name, axis in (("pos_row", 0), ("pos_col", 1)):
+            want = position.resize_axis_embedding(ops.convert_to_numpy(getattr(old, name)), new.grid_size[axis])
+            np.testing.assert_allclose(ops.convert_to_numpy(getattr(new, name)), want, atol=1e-6)
+    np.testing.assert_array_equal(ops.convert_to_numpy(new.kernel), ops.convert_to_numpy(old.kernel))
+
+
+def test_old_import_paths_of_the_position_helpers():
+    from vit_keras import models, position
+
+    assert vit_keras.resize_position_embedding is position.resize_position_embedding
+    assert models.resize_position_embedding is position.resize_position_embedding
+    np.testing.assert_array_equal(position.resample_matrix(5, 5), np.eye(5))

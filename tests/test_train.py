@@ -1,7 +1,9 @@
 """vit_keras.train and the train/evaluate commands: recipe, precision, tf.distribute, resumption, NaN, CLI."""
 
+import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,7 +18,7 @@ import tensorflow as tf
 import vit_keras
 from vit_keras.apps import cli
 from vit_keras import runs, train
-from vit_keras.data import load_arrays
+from vit_keras.data import FASHION_MNIST_CLASSES
 from vit_keras.pipeline import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,8 +33,9 @@ def tiny_model(**kw):
 
 
 @pytest.fixture(scope="module")
-def fashion():
-    return load_arrays("fashion_mnist", "train", limit=512)
+def fashion(fashion_train):
+    images, labels = fashion_train
+    return images[:512], labels[:512], list(FASHION_MNIST_CLASSES)
 
 
 def test_warmup_cosine_schedule_and_serialization():
@@ -222,6 +225,85 @@ def test_bad_crop_scale_fails_before_anything_is_loaded_or_written(crop_scale, t
     with pytest.raises(ValueError, match="`crop_scale` must be"):
         train.train("fashion_mnist", str(tmp_path / "run"), crop_scale=crop_scale, verbose=0)
     assert not (tmp_path / "run").exists()
+
+
+def test_unknown_keywords_to_train_name_the_nearest_valid_one(tmp_path):
+    with pytest.raises(TypeError, match=r"train\(\) got unknown keyword arguments 'epoch' \(did you mean 'epochs'\?\), "
+                                        r"'lr'; valid keywords are .*learning_rate"):
+        train.train("fashion_mnist", str(tmp_path / "run"), epoch=3, lr=1e-3)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(epochs=0), "`epochs` must be a positive int; got 0."),
+    (dict(batch_size=2.5), "`batch_size` must be a positive int; got 2.5."),
+    (dict(micro_batches=True), "`micro_batches` must be a positive int; got True."),
+    (dict(learning_rate=0.0), "`learning_rate` must be > 0; got 0.0."),
+    (dict(weight_decay=-0.1), "`weight_decay` must be >= 0; got -0.1."),
+    (dict(label_smoothing=1.0), "`label_smoothing` must be in [0, 1); got 1.0."),
+    (dict(drop_path="0.1"), "`drop_path` must be in [0, 1); got '0.1'."),
+    (dict(mixup=-1.0), "`mixup` must be >= 0; got -1.0."),
+    (dict(cutmix=float("nan")), "`cutmix` must be >= 0; got nan."),
+    (dict(warmup_epochs=-1), "`warmup_epochs` must be >= 0; got -1."),
+    (dict(val_fraction=1.0), "`val_fraction` must be in (0, 1); got 1.0."),
+    (dict(precision="float8"), "Unknown `precision`='float8'; valid values are 'float32', 'mixed_float16'"),
+    (dict(strategy="horovod"), "Unknown `strategy`='horovod'; valid values are 'auto'"),
+    (dict(recipe="slow"), "Unknown `recipe`='slow'; valid values are 'quick', 'long'."),
+    (dict(augment="rotate"), "Unknown `augment`='rotate'; valid values are 'none'"),
+    (dict(model_name="vit_q99"), "Unknown `model_name`='vit_q99'; valid values are 'vit_ti16'"),
+    (dict(image_size=0), "`image_size` must be a positive int or a pair"),
+    (dict(model_overrides=[("num_layers", 2)]), "`model_overrides` must be a dict"),
+    (dict(limit=0), "`limit` must be a positive int or None; got 0."),
+    (dict(seed=-1), "`seed` must be an int >= 0; got -1."),
+    (dict(backup_every=0), "`backup_every` must be 'epoch' or a positive int (steps); got 0."),
+    (dict(verbose=3), "Unknown `verbose`=3; valid values are 'auto', 0, 1, 2."),
+])
+def test_bad_settings_fail_before_anything_is_loaded_or_written(options, message, tmp_path):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        train.train("fashion_mnist", str(tmp_path / "run"), **options)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_train_config_takes_unset_values_from_its_recipe_and_stays_valid():
+    quick, recipe = train.TrainConfig("fashion_mnist"), train.RECIPES["quick"]
+    assert (quick.epochs, quick.batch_size, quick.augment) == (recipe["epochs"], recipe["batch_size"], recipe["augment"])
+    assert quick.crop_scale == list(recipe["crop_scale"])
+    assert quick.learning_rate == pytest.approx(recipe["base_lr"] * recipe["batch_size"] / 512)
+    long = train.TrainConfig("fashion_mnist", recipe="long", batch_size=256, drop_path=0.2)
+    assert long.epochs == train.RECIPES["long"]["epochs"] and long.drop_path == 0.2
+    assert long.learning_rate == pytest.approx(train.RECIPES["long"]["base_lr"] * 256 / 512)  # scaled to the batch
+    assert train.TrainConfig("fashion_mnist", weights="run/model.keras").drop_path is None  # the saved model's own
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        quick.epochs = 0
+    assert dataclasses.replace(quick, epochs=3).epochs == 3
+    with pytest.raises(ValueError, match="`epochs` must be a positive int"):  # a changed copy is checked again
+        dataclasses.replace(quick, epochs=0)
+
+
+# The keys config.json has had since runs became resumable: resumption compares them, and evaluate and verify read
+# seed and val_fraction from them, so a renamed key would restart or misread the runs already on disk.
+RECORD_KEYS = {"augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "drop_path", "epochs",
+               "label_smoothing", "learning_rate", "limit", "micro_batches", "mixup", "model", "precision", "recipe",
+               "replicas", "seed", "skipped_images", "steps_per_epoch", "strategy", "train_examples", "val_examples",
+               "val_fraction", "vit", "warmup_epochs", "weight_decay", "weights"}
+
+
+def test_a_finished_run_is_not_redone_and_its_config_json_keeps_its_keys(tmp_path, capsys):
+    kw = dict(limit=128, batch_size=64, epochs=1, augment="none", jit_compile=False, verbose=0, tensorboard=False,
+              model_overrides=TINY)
+    config = train.train("fashion_mnist", str(tmp_path), **kw)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written == json.loads(json.dumps(config)) and written["completed"] and "final_val_accuracy" in written
+    run_facts = {"completed", "fit_seconds_last_session"} | {key for key in written if key.startswith("final_")}
+    assert set(written) - run_facts == RECORD_KEYS
+    assert (written["model"], written["micro_batches"], written["replicas"], written["steps_per_epoch"]) == \
+        ("vit_quick", 1, 1, 2)  # micro-batches need XLA: as used, not as asked
+    assert written["learning_rate"] == pytest.approx(train.RECIPES["quick"]["base_lr"] * 64 / 512)
+    saved = (tmp_path / "model.keras").stat().st_mtime_ns
+    capsys.readouterr()
+    assert train.train("fashion_mnist", str(tmp_path), **kw) == written
+    assert "nothing to do" in capsys.readouterr().out and (tmp_path / "model.keras").stat().st_mtime_ns == saved
+    assert runs.data_split(str(tmp_path / "model.keras")) == {"seed": 0, "val_fraction": 0.1}
 
 
 def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from app_models import bad_inputs, fashion, shared_models
+from app_models import bad_inputs
 from vit_keras.apps.cli import main
 from vit_keras.apps.examples import bundled_examples, foolbox_data_dir
 
@@ -47,11 +47,6 @@ def wait_for(url, process, timeout=120):
 def answers(url):
     with urllib.request.urlopen(url + "config", timeout=10) as response:
         return response.status == 200
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return shared_models(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +110,8 @@ def test_page_shows_model_and_examples(page):
     assert sum(c.startswith(("CIFAR-10", "ImageNet")) for c in captions) == 40
 
 
-def test_upload_matches_cli(page, models, tmp_path, capsys):
-    images, labels = fashion("test")
+def test_upload_matches_cli(page, models, fashion_test, tmp_path, capsys):
+    images, labels = fashion_test
     path = tmp_path / "fashion_test_42.png"
     Image.fromarray(images[42, :, :, 0], "L").save(path)
     status, top1 = upload(page, path)

@@ -16,7 +16,7 @@ import pytest
 
 import vit_keras
 import weight_checkpoints as wc
-from vit_keras import weights
+from vit_keras import position, weights
 from vit_keras.weights_fetch import DownloadError
 from vit_keras.weights_torch import canonical_torch
 
@@ -111,7 +111,7 @@ def check_timm_hybrid_names(name, arrays):
     samples = {k[len(f"{name}/timm/"):]: v for k, v in expected().items() if k.startswith(f"{name}/timm/")}
     state.update(samples)
     canonical = canonical_torch(state, num_heads=wc.HYBRIDS[name]["config"]["num_heads"])
-    assert canonical.pop(weights.MAYBE_ROWLESS, None) is not None  # a timm table: the loader decides its class row
+    assert canonical.timm_table and canonical.grid is None  # a timm table: the loader decides its class row
     assert {k: v.shape for k, v in canonical.items()} == {k: v.shape for k, v in arrays.items()}
     mapped = [n for n in canonical if np.any(canonical[n])]
     assert len(mapped) == len(samples)
@@ -259,12 +259,12 @@ def test_timm_table_without_class_row_and_rectangular_grids(tmp_path):
         if want is None:  # a zero class row, then the grid resampled where the model's differs
             old, new = (3, 5) if rows.shape[1] == 15 else (3, 3), (size[0] // 16, size[1] // 16)
             with_row = np.concatenate([np.zeros_like(rows[:, :1]), rows], axis=1)
-            want = with_row if old == new else vit_keras.models.resize_position_embedding(with_row, new, old, 1)
+            want = with_row if old == new else position.resize_position_embedding(with_row, new, old, 1)
         assert np.allclose(got, want, atol=1e-6), (rows.shape, size)
 
 
 def test_table_layouts_without_a_recorded_grid():
-    layout = weights._table_layout
+    layout = position.table_layout
     assert layout(50, True, 51, (5, 10), False) == (True, (7, 7))  # Google /32 at 224 into 160x320: resampled
     assert layout(16, True, 16, (3, 5), False) == (True, (3, 5))  # not square: the model's own size
     assert layout(169, True, 169, (12, 14), True) == (True, (12, 14))  # timm at its own rectangular size
@@ -420,3 +420,17 @@ def test_truncated_download_and_offline_errors(server, tmp_path):
     shutil.copy(fixture("google_augreg.npz"), target)
     model = weights.load_weights(build(**AUGREG), url, cache_dir=tmp_path)
     check_logits(model, "google_augreg", 64)
+
+
+def test_readers_return_what_they_found_beside_the_weights(tmp_path):
+    """The grid save_npz records and the timm mark are findings of the reader, not arrays among the weights."""
+    model = build(image_size=(24, 40), **TINY)
+    saved = weights.read_checkpoint(weights.save_npz(model, tmp_path / "m.npz"), num_heads=2)
+    assert saved.grid == (3, 5) and not saved.timm_table
+    assert weights.GRID not in saved and sorted(saved) == sorted(weights.model_arrays(model))
+    google = weights.read_checkpoint(fixture("google_augreg.npz"), num_heads=3)
+    assert google.grid is None and not google.timm_table
+    timm = weights.read_checkpoint(fixture("timm_vit.safetensors"), num_heads=2)
+    assert timm.timm_table and timm.grid is None and all(hasattr(v, "shape") for v in timm.values())
+    hf = weights.read_checkpoint(fixture("hf_vit_classifier.safetensors"), num_heads=4)
+    assert not hf.timm_table

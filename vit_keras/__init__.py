@@ -5,6 +5,7 @@ use (PEP 562), so the device runtime (``vit_keras.apps``) and the other Keras ba
 """
 
 import importlib
+import importlib.util
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter, if it is ever imported
@@ -17,10 +18,11 @@ _EXPORTS = {
     "microbatch": ("enable_micro_batches",),
     "layers": ("DropPath", "MultiHeadSelfAttention", "PatchEncoder", "Patches", "TokenPooling", "TransformerBlock"),
     "models": (
-        "MODELS", "VARIANTS", "VisionTransformer", "create_model", "list_models", "model_config", "resize_model",
-        "resize_position_embedding", "vit_b8", "vit_b16", "vit_b32", "vit_h14", "vit_l16", "vit_l32",
+        "MODELS", "VARIANTS", "VisionTransformer", "create_model", "list_models", "load_model", "model_config",
+        "resize_model", "vit_b8", "vit_b16", "vit_b32", "vit_h14", "vit_l16", "vit_l32",
         "vit_r26_s32", "vit_r50_b16", "vit_r50_l32", "vit_s16", "vit_s32", "vit_ti16",
     ),
+    "position": ("resize_position_embedding",),
     "stems": ("ConvStem", "ResNetV2Stem", "StdConv2D"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -30,9 +32,12 @@ __all__ = sorted(_WHERE)
 
 def __getattr__(name):
     module = _WHERE.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f".{name}", __name__)  # a submodule: vit_keras.vit, vit_keras.train, ...
+    else:
         raise AttributeError(f"module 'vit_keras' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value  # later look-ups skip this function
     return value
 

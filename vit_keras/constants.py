@@ -7,7 +7,7 @@ loading Keras or TensorFlow.
 # Training
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
-RECIPES = ("quick", "long")  # the hyper-parameter tables are in vit_keras.train
+RECIPES = ("quick", "long")  # the hyper-parameter tables are in vit_keras.train_config
 AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
 SPLITS = ("train", "val", "test")
 

@@ -7,7 +7,9 @@ with ``spec`` one of
                     (/usr/share/datasets/fashion-mnist), else tfds ``fashion_mnist``;
   "tfds:NAME"       a tfds dataset (``data_dir`` as for ``tfds.load``); one with only a train split gives a
                     seeded held-out part of it as "val"/"test";
-  "folder:PATH"     one sub-folder per class; a seeded split gives "train" and "val"/"test". Each image is
+  "folder:PATH"     one sub-folder per class; a seeded split gives "train" and "val"/"test" (or, with
+                    ``whole_folder``, all of it). A PATH whose sub-folders are train/, val/ or validation/ and
+                    test/ (class sub-folders in each) gives those splits as they are. Each image is
                     resized as soon as it is decoded (to ``image_size``, else the most common size, at most
                     MAX_SIDE), so a folder of phone photos costs memory at the model's size, not the camera's.
 
@@ -42,6 +44,7 @@ class ArrayDataset:
     labels: np.ndarray  # int64 (N,)
     class_names: list
     skipped: list = field(default_factory=list)  # (path, reason) of unreadable files
+    source: str = ""  # which images these are, for printouts: "the whole folder", "its test/ folder", ...
 
     @property
     def num_classes(self):
@@ -54,10 +57,13 @@ def load_arrays(spec, split="train", limit=None, seed=0, **kwargs):
     return data.images, data.labels, data.class_names
 
 
-def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fraction=0.1, image_size=None):
-    """An ``ArrayDataset`` (with the list of skipped files) for ``spec``.
+def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fraction=0.1, image_size=None,
+                 whole_folder=False):
+    """An ``ArrayDataset`` (with the list of skipped files, and which images they are) for ``spec``.
 
     ``limit`` keeps the first N examples (after the seeded shuffle for folders).
+    ``whole_folder``: a plain class-per-sub-folder tree gives all its images for any split (evaluating on a
+    folder the model was not trained on), not the seeded held-out part.
     ``image_size`` (int or (h, w)) resizes folder images as they are decoded; by default a folder
     is resized to its most common size, scaled down to at most ``MAX_SIDE`` on the long side.
     """
@@ -72,7 +78,7 @@ def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fra
     elif spec.startswith("tfds:"):
         data = _tfds(spec[5:], split, data_dir, seed, val_fraction, limit)
     elif spec.startswith("folder:"):
-        data = _folder(spec[7:], split, seed, val_fraction, image_size, limit)
+        data = _folder(spec[7:], split, seed, val_fraction, image_size, limit, whole_folder)
     else:
         raise ValueError(f"Unknown dataset {spec!r}; valid values are 'fashion_mnist', 'tfds:NAME', 'folder:PATH'.")
     if limit is not None:
@@ -190,8 +196,11 @@ def _stack_images(images, target_size):
     return out
 
 
-def list_folder(path):
-    """``(files, labels, class_names)`` of a class-per-sub-folder tree, sorted, with clear errors."""
+def list_folder(path, require_classes=True):
+    """``(files, labels, class_names)`` of a class-per-sub-folder tree, sorted, with clear errors.
+
+    ``require_classes``: refuse a tree with images of fewer than two classes (a training set); an evaluation split
+    may hold fewer."""
     if not os.path.isdir(path):
         raise FileNotFoundError(f"Image folder {path!r} does not exist (expected one sub-folder per class).")
     class_names = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)) and not d.startswith("."))
@@ -210,7 +219,7 @@ def list_folder(path):
     if not files:
         raise ValueError(f"Image folder {path!r} has no images ({', '.join(IMAGE_EXTENSIONS)}) in class sub-folders.")
     used = sorted(set(labels))
-    if len(used) < 2:
+    if require_classes and len(used) < 2:
         found = class_names[used[0]] if used else "none"
         raise ValueError(f"Image folder {path!r} has images of only one class ({found}); a classifier needs >= 2.")
     return files, np.asarray(labels, np.int64), class_names
@@ -267,35 +276,91 @@ def split_indices(n, seed, val_fraction):
     return order[n_val:], order[:n_val]
 
 
-def _folder(path, split, seed, val_fraction, image_size, limit=None):
-    files, labels, class_names = list_folder(path)
+# A folder whose sub-folders are only these holds its splits as given (Keras's image_dataset_from_directory,
+# torchvision's ImageFolder and most Kaggle sets are laid out so): split -> the sub-folder names it may have.
+SPLIT_FOLDERS = {"train": ("train",), "val": ("val", "validation"), "test": ("test",)}
+
+
+def folder_layout(path):
+    """``{split: sub-folder path}`` when ``path`` holds split folders (train/, val/ or validation/, test/), else {}."""
+    if not os.path.isdir(path):
+        return {}
+    subs = {d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)) and not d.startswith(".")}
+    names = {name for names in SPLIT_FOLDERS.values() for name in names}
+    if "train" not in subs or not subs <= names:
+        return {}
+    if {"val", "validation"} <= subs:
+        raise ValueError(f"Image folder {path!r} has both val/ and validation/; keep one.")
+    return {split: os.path.join(path, name) for split, options in SPLIT_FOLDERS.items()
+            for name in options if name in subs}
+
+
+def folder_split(path, split, seed, val_fraction, whole=False):
+    """``(files, labels, class_names, source)`` of one split of a folder dataset.
+
+    A folder of split folders gives its splits as given: val is val/ (else test/), test is test/ (else val/); where
+    neither exists, a seeded part of train/ is held out. A plain class-per-sub-folder tree gives a seeded held-out
+    part as val/test, or, with ``whole``, all of it (a folder the model was not trained on).
+    """
+    layout = folder_layout(path)
+    if not layout:
+        files, labels, class_names = list_folder(path)
+        if whole:
+            return files, labels, class_names, "the whole folder"
+        return _held_out(files, labels, class_names, split, seed, val_fraction)
+    class_names = list_folder(layout["train"])[2]
+    for name, folder in layout.items():
+        others = list_folder(folder, require_classes=False)[2]
+        if others != class_names:
+            raise ValueError(f"The split folders of {path!r} name different classes: train/ has {class_names}, "
+                             f"{os.path.basename(folder)}/ has {others}. Every split needs the same class folders.")
+    given = layout.get(split) or layout.get({"val": "test", "test": "val"}.get(split, ""))
+    if split == "train" and len(layout) > 1 or split != "train" and given:
+        folder = layout["train"] if split == "train" else given
+        files, labels, _ = list_folder(folder, require_classes=False)
+        missing = sorted(set(class_names) - {class_names[i] for i in set(labels.tolist())})
+        if missing:
+            log.warning("%s/ of %s has no images of %d class(es): %s.", os.path.basename(folder), path,
+                        len(missing), ", ".join(missing))
+        return files, labels, class_names, f"its {os.path.basename(folder)}/ folder"
+    files, labels, _ = list_folder(layout["train"])
+    return _held_out(files, labels, class_names, split, seed, val_fraction, "train/")
+
+
+def _held_out(files, labels, class_names, split, seed, val_fraction, where="the folder"):
     train, val = split_indices(len(files), seed, val_fraction)
     chosen = train if split == "train" else val
+    part = "the training part" if split == "train" else f"the seeded {100 * val_fraction:g}% held-out part"
+    return [files[i] for i in chosen], labels[chosen], class_names, f"{part} of {where} (seed {seed})"
+
+
+def _folder(path, split, seed, val_fraction, image_size, limit=None, whole=False):
+    files, labels, class_names, source = folder_split(path, split, seed, val_fraction, whole)
     if image_size is not None:
         from .layers import pair
 
         target = pair(image_size, "image_size")
     else:
-        target = _common_size([files[i] for i in chosen], path)
+        target = _common_size(files, path)
     images, kept, skipped = [], [], []
-    for i in chosen:
+    for file, label in zip(files, labels):
         if limit is not None and len(images) == int(limit):  # e.g. 300 calibration images of a big folder
             break
         try:
-            images.append(decode_image(files[i], target))
-            kept.append(labels[i])
+            images.append(decode_image(file, target))
+            kept.append(label)
         except Exception as error:  # Pillow raises many types for bad files
-            skipped.append((files[i], f"{type(error).__name__}: {error}"))
+            skipped.append((file, f"{type(error).__name__}: {error}"))
     if skipped:
         log.warning("Skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0][0])
     if not images:
         raise ValueError(f"No readable images in the {split!r} split of {path!r} ({len(skipped)} skipped).")
-    return ArrayDataset(_stack_images(images, target), np.asarray(kept, np.int64), class_names, skipped)
+    return ArrayDataset(_stack_images(images, target), np.asarray(kept, np.int64), class_names, skipped, source)
 
 
 def folder_image_size(path):
-    """The (h, w) a folder's images decode to by default, from their headers: see ``_common_size``."""
-    return _common_size(list_folder(path)[0], path)
+    """The (h, w) a folder's training images decode to by default, from their headers: see ``_common_size``."""
+    return _common_size(list_folder(folder_layout(path).get("train", path))[0], path)
 
 
 def _common_size(files, path):

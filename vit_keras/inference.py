@@ -1,11 +1,11 @@
 """Fast inference on CPU: a batch runs as micro-batches whose XLA programs execute concurrently.
 
-One XLA program per batch leaves cores idle: TensorFlow's two-thread GEMM scales 1.4x where MKL
-scales 1.75x, and LayerNorm, softmax and GELU are mostly single-threaded. Splitting the batch into
-``micro_batches`` separately compiled calls lets TensorFlow's inter-op pool run them side by side,
-so one call's GEMM overlaps another's elementwise work. Measured on a 2-core AVX2 machine at
-batch 16: ViT-Ti/16 34 -> 46 img/s, S/16 11.1 -> 13.2, B/16 3.0 -> 3.5. Results equal
-``model(x, training=False)`` example by example. Training has the same idea in ``microbatch``.
+One XLA program per batch leaves cores idle: TensorFlow's GEMM scales poorly over threads, and
+LayerNorm, softmax and GELU are mostly single-threaded. Splitting the batch into ``micro_batches``
+separately compiled calls lets TensorFlow's inter-op pool run them side by side, so one call's GEMM
+overlaps another's elementwise work (the speed-ups: docs/benchmarks.md, "Concurrent micro-batches").
+Results equal ``model(x, training=False)`` example by example. Training has the same idea in
+``microbatch``.
 
     forward = predict_function(model)          # a callable: images (B, H, W, C) -> outputs
     logits = predict(model, images_or_dataset)  # numpy, for arrays or tf.data

@@ -9,6 +9,8 @@ Every layer is registered under the package name ``vit_keras`` so a saved
 ``.keras`` file reloads with ``safe_mode=True`` once ``vit_keras`` is imported.
 """
 
+import functools
+import inspect
 import math
 
 import keras
@@ -16,6 +18,7 @@ import numpy as np
 from keras import ops
 
 from .constants import POOLINGS, POSITION_EMBEDDINGS
+from .validation import check_keywords
 
 
 register = keras.saving.register_keras_serializable(package="vit_keras")
@@ -34,6 +37,25 @@ def pair(value, name):
 def check_choice(value, name, choices):
     if value not in choices:
         raise ValueError(f"Unknown `{name}`={value!r}; valid values are {', '.join(map(repr, choices))}.")
+
+
+@functools.cache
+def layer_keywords(cls):
+    """Every keyword a layer class's constructor takes: its own, its bases' and keras.layers.Layer's."""
+    names = {"input_shape", "input_dim"}  # Keras's Layer takes these through **kwargs too
+    for base in cls.__mro__:
+        if "__init__" in vars(base):
+            parameters = inspect.signature(base.__init__).parameters.values()
+            names.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        if base is keras.layers.Layer:
+            break
+    names.discard("self")
+    return frozenset(names)
+
+
+def check_layer_keywords(layer, kwargs):
+    """Refuse a keyword ``layer`` does not take, naming the nearest valid one (Keras refuses it too, but names none)."""
+    check_keywords(kwargs, layer_keywords(type(layer)), type(layer).__name__)
 
 
 def check_divisible(size, patch_size, what="image_size", by=None):
@@ -58,6 +80,7 @@ class Patches(keras.layers.Layer):
     """
 
     def __init__(self, patch_size, **kwargs):
+        check_layer_keywords(self, kwargs)
         super().__init__(**kwargs)
         self.patch_size = pair(patch_size, "patch_size")
 
@@ -125,6 +148,7 @@ class PatchEncoder(keras.layers.Layer):
         dropout=0.0,
         **kwargs,
     ):
+        check_layer_keywords(self, kwargs)
         super().__init__(**kwargs)
         check_choice(position_embedding, "position_embedding", POSITION_EMBEDDINGS)
         if position_embedding == "learned_2d" and hidden_size % 2:
@@ -220,6 +244,7 @@ class DropPath(keras.layers.Layer):
     """Stochastic depth: drops a whole residual branch per sample during training."""
 
     def __init__(self, rate=0.0, seed=None, **kwargs):
+        check_layer_keywords(self, kwargs)
         super().__init__(**kwargs)
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"`drop_path` rate must be in [0, 1); got {rate}.")
@@ -253,6 +278,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, attention_dropout=0.0, dropout=0.0, **kwargs):
+        check_layer_keywords(self, kwargs)
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout = float(attention_dropout)
@@ -347,6 +373,7 @@ class TransformerBlock(keras.layers.Layer):
         query_tokens=None,
         **kwargs,
     ):
+        check_layer_keywords(self, kwargs)
         super().__init__(**kwargs)
         if query_tokens is not None and int(query_tokens) < 1:
             raise ValueError(f"`query_tokens` must be a positive int or None (all tokens); got {query_tokens}.")
@@ -418,6 +445,7 @@ class TokenPooling(keras.layers.Layer):
     """Eq. 4's readout: the class token (position 0) or the mean of the patch tokens (GAP)."""
 
     def __init__(self, pooling="token", class_token=True, **kwargs):
+        check_layer_keywords(self, kwargs)
         super().__init__(**kwargs)
         check_choice(pooling, "pooling", POOLINGS)
         if pooling == "token" and not class_token:

@@ -1,7 +1,7 @@
 """Training on CPU with concurrent micro-batches: ``model.fit`` that keeps both cores busy.
 
-One XLA program per training step leaves cores idle on a small CPU: TensorFlow's two-thread GEMM
-scales 1.4x, and LayerNorm, softmax, GELU and their gradients run mostly on one thread. Here each
+One XLA program per training step leaves cores idle on a small CPU: TensorFlow's GEMM scales poorly
+over threads, and LayerNorm, softmax, GELU and their gradients run mostly on one thread. Here each
 batch's gradients come from ``micro_batches`` separately compiled XLA programs that TensorFlow's
 inter-op pool runs side by side; their size-weighted mean is the batch gradient, and one optimizer
 step applies it. Each program is a pure function (``stateless_call``): it takes the variables'
@@ -12,8 +12,7 @@ plain ViT). A BatchNorm (the conv stem) normalizes each micro-batch by its own s
 batch norm") and its moving averages take the weighted mean of the micro-batches' updates.
 Dropout and drop-path draw from a separate seed stream per micro-batch.
 
-Measured on this 2-core AVX2 machine (tcmalloc): ViT-Ti/16 at 224, batch 32, 13.2 -> 16.2 img/s
-with 4 micro-batches; the quick recipe's model at batch 128, 1,504 -> 1,726 img/s with 2.
+The speed-ups: docs/benchmarks.md, "Concurrent micro-batches".
 
     enable_micro_batches(model, 4)   # after compile(jit_compile=False); then model.fit(...)
 """
@@ -42,8 +41,8 @@ def enable_micro_batches(model, micro_batches):
         raise ValueError("enable_micro_batches is for one device; under a tf.distribute strategy the replicas "
                          "already split the batch.")
     gradients = tf.function(lambda *args: _micro_gradients(model, *args), jit_compile=True, autograph=False)
-    # The mean of the parts' gradients and the optimizer step as one XLA program too (outside XLA, AdamW's
-    # per-variable updates with clipping are hundreds of small TensorFlow ops, a third of a small model's step).
+    # The mean of the parts' gradients and the optimizer step as one XLA program too: outside XLA, AdamW's
+    # per-variable updates with clipping are hundreds of small TensorFlow ops (their cost: docs/benchmarks.md).
     apply = tf.function(lambda grads, weights: model.optimizer.apply_gradients(
         zip([_weighted_sum(g, weights) for g in zip(*grads)], model.trainable_variables)),
         jit_compile=True, autograph=False)

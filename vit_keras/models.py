@@ -11,6 +11,7 @@ its config, so it saves to ``.keras`` and reloads with ``safe_mode=True``.
 """
 
 import copy
+import inspect
 import os
 
 import keras
@@ -28,6 +29,8 @@ from .layers import (
     pair,
     register,
 )
+from .position import resize_axis_embedding, resize_position_embedding
+from .validation import check_keywords
 
 # Table 1 of the paper, plus the Ti/S widths of DeiT / AugReg.
 VARIANTS = {
@@ -56,6 +59,17 @@ MODELS = {
 
 STEMS = (None, "r26", "r50", "r50_s32", "conv")
 CONFIG_KEYS = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_layers")
+
+# The names of a VisionTransformer's layers, by part: saved files and the export graph find the parts by them.
+LAYER_NAMES = dict(preprocessing="preprocessing", stem="stem", patch_encoder="embedding",
+                   encoder_norm="encoder_norm", pooling_layer="pool", pre_logits="pre_logits", head="head")
+BLOCK_NAME = "encoderblock_{}"
+
+
+def _part(part, doc):
+    """A VisionTransformer property: the layer for ``part`` (see LAYER_NAMES), or None where the model has none."""
+    name = LAYER_NAMES[part]
+    return property(lambda model: next((layer for layer in model.layers if layer.name == name), None), doc=doc)
 
 
 def list_models():
@@ -97,6 +111,7 @@ class VisionTransformer(keras.Model):
         name="vit",
         **kwargs,
     ):
+        check_keywords(kwargs, VIT_KEYWORDS, "VisionTransformer")
         check_choice(pooling, "pooling", POOLINGS)
         check_choice(position_embedding, "position_embedding", POSITION_EMBEDDINGS)
         check_choice(stem, "stem", STEMS)
@@ -129,7 +144,7 @@ class VisionTransformer(keras.Model):
         images = keras.Input((*image_size, channels), name="images")
         x = images
         if include_preprocessing:
-            x = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="preprocessing")(x)
+            x = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name=LAYER_NAMES["preprocessing"])(x)
         stem_stride = 1
         if stem is not None:
             patch = pair(patch_size, "patch_size")
@@ -137,9 +152,9 @@ class VisionTransformer(keras.Model):
                 raise ValueError(f"`stem`={stem!r} downsamples both sides alike: `patch_size` must be square; "
                                  f"got {patch_size}.")
             if stem == "conv":
-                stem_layer = stems.ConvStem(patch[0], hidden_size, name="stem")
+                stem_layer = stems.ConvStem(patch[0], hidden_size, name=LAYER_NAMES["stem"])
             else:
-                stem_layer = stems.ResNetV2Stem(stems.RESNET_DEPTHS[stem], name="stem")
+                stem_layer = stems.ResNetV2Stem(stems.RESNET_DEPTHS[stem], name=LAYER_NAMES["stem"])
                 if patch[0] != stem_layer.stride:
                     raise ValueError(f"`stem`={stem!r} downsamples by {stem_layer.stride} and the encoder takes 1x1 "
                                      f"patches of its feature map, so `patch_size` must be {stem_layer.stride}; "
@@ -151,25 +166,26 @@ class VisionTransformer(keras.Model):
         grid = check_divisible((image_size[0] // stem_stride, image_size[1] // stem_stride), encoder_patch,
                                what="image_size" if stem is None else "feature map size")
         x = PatchEncoder(encoder_patch, hidden_size, grid, class_token=class_token,
-                         position_embedding=position_embedding, dropout=dropout, name="embedding")(x)
+                         position_embedding=position_embedding, dropout=dropout,
+                         name=LAYER_NAMES["patch_encoder"])(x)
         for i in range(num_layers):
             rate = drop_path * i / max(num_layers - 1, 1)  # linearly increasing stochastic depth
             readout = 1 if pooling == "token" and i == num_layers - 1 else None  # only z_L^0 is read out
             x = TransformerBlock(num_heads, mlp_dim, dropout=dropout, attention_dropout=attention_dropout,
                                  drop_path=rate, norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate,
-                                 query_tokens=readout, name=f"encoderblock_{i}")(x)
-        x = keras.layers.LayerNormalization(epsilon=norm_epsilon, name="encoder_norm")(x)
-        x = TokenPooling(pooling, class_token, name="pool")(x)
+                                 query_tokens=readout, name=BLOCK_NAME.format(i))(x)
+        x = keras.layers.LayerNormalization(epsilon=norm_epsilon, name=LAYER_NAMES["encoder_norm"])(x)
+        x = TokenPooling(pooling, class_token, name=LAYER_NAMES["pooling_layer"])(x)
         if representation_size:
-            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+            x = keras.layers.Dense(representation_size, activation="tanh", name=LAYER_NAMES["pre_logits"])(x)
         if include_top:
-            x = keras.layers.Dense(num_classes, name="head", dtype=_float32_policy())(x)
+            x = keras.layers.Dense(num_classes, name=LAYER_NAMES["head"], dtype=_float32_policy())(x)
         super().__init__(inputs=images, outputs=x, name=name, **kwargs)
         self.vit_config = config
 
     # Functional models rebuild from their constructor arguments, like keras-hub's backbones.
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **copy.deepcopy(self.vit_config)}
+        return {"name": self.name, "trainable": self.trainable, **copy.deepcopy(dict(self.vit_config))}  # a plain dict: deep-copying the tracked one serializes the whole model
 
     @classmethod
     def from_config(cls, config):
@@ -184,13 +200,47 @@ class VisionTransformer(keras.Model):
             )
         return super().call(inputs, training=training, mask=mask)
 
+    preprocessing = _part("preprocessing", "The Rescaling of 0-255 pixels (include_preprocessing=True), or None.")
+    stem = _part("stem", "The CNN stem (ResNetV2Stem or ConvStem), or None.")
+    patch_encoder = _part("patch_encoder", "The PatchEncoder: patch embedding, class token and E_pos (eq. 1).")
+    encoder_norm = _part("encoder_norm", "The LayerNormalization after the last block (eq. 4).")
+    pooling_layer = _part("pooling_layer", "The TokenPooling readout (class token or GAP).")
+    pre_logits = _part("pre_logits", "The tanh representation layer (representation_size), or None.")
+    head = _part("head", "The classification Dense layer, or None with include_top=False.")
+
     @property
     def grid_size(self):
-        return self.get_layer("embedding").grid_size
+        return self.patch_encoder.grid_size
 
     @property
     def blocks(self):
+        """The TransformerBlocks, in order (eq. 2-3)."""
         return [layer for layer in self.layers if isinstance(layer, TransformerBlock)]
+
+    def rebuild(self, **changes):
+        """A new VisionTransformer of this config with ``changes`` applied, holding every weight that still fits.
+
+        Layers are matched by name, their weights by path and shape. The learned position tables are first
+        resampled to the new patch grid (fixed sincos tables are the new model's own), as for fine-tuning at
+        a higher resolution. A head that no longer fits starts at zero: the paper's fine-tuning (section 3.2).
+        """
+        model = VisionTransformer.from_config({**self.get_config(), **changes})
+        sources = {layer.name: layer for layer in self.layers}
+        for target in model.layers:
+            source = sources.get(target.name)
+            if source is None or type(source) is not type(target) or not target.weights:
+                continue
+            values = {_relative_path(source, v): ops.convert_to_numpy(v) for v in source.weights}
+            if isinstance(target, PatchEncoder):
+                values = _fit_position_tables(source, target, values)
+            fitting = [(variable, values.get(_relative_path(target, variable))) for variable in target.weights]
+            fitting = [(variable, value) for variable, value in fitting
+                       if value is not None and value.shape == tuple(variable.shape)]
+            if target is model.head and len(fitting) < len(target.weights):  # a new head
+                fitting = [(variable, np.zeros(variable.shape)) for variable in target.weights]
+            for variable, value in fitting:
+                variable.assign(value.astype(variable.dtype))
+        return model
 
     def attention_maps(self, images, batch_size=32):
         """Every block's attention weights for ``images``: a list of L arrays (B, heads, T, T)."""
@@ -205,11 +255,32 @@ class VisionTransformer(keras.Model):
                     x, weights = layer(x, return_attention_scores=True)
                     per_layer.append(ops.convert_to_numpy(weights))
                     continue
-                if layer.name == "encoder_norm":
+                if layer is self.encoder_norm:
                     break
                 x = layer(x)
         n = len(self.blocks)
         return [np.concatenate(per_layer[i::n]) for i in range(n)]
+
+
+VIT_KEYWORDS = frozenset(inspect.signature(VisionTransformer.__init__).parameters) - {"self", "kwargs"} | {"trainable"}
+
+
+def _relative_path(layer, variable):
+    """A weight's path inside its layer, e.g. 'attn/qkv/kernel' in a TransformerBlock."""
+    return variable.path.removeprefix(layer.path + "/")
+
+
+def _fit_position_tables(source, target, values):
+    """A PatchEncoder's weight values (relative path -> array) with E_pos refitted from ``source`` to ``target``."""
+    if source.position_embedding != target.position_embedding or source.position_embedding == "sincos_2d":
+        return {key: value for key, value in values.items() if not key.startswith("pos_")}  # no table carries over
+    old, new = source.grid_size, target.grid_size
+    if "pos_embedding" in values:
+        values["pos_embedding"] = resize_position_embedding(values["pos_embedding"], new, old, int(source.class_token))
+    for key, axis in (("pos_row", 0), ("pos_col", 1)):
+        if key in values:
+            values[key] = resize_axis_embedding(values[key], new[axis])
+    return values
 
 
 def _float32_policy():
@@ -221,6 +292,7 @@ def model_config(name, **overrides):
     """The constructor arguments of a named model with ``overrides`` applied."""
     if name not in MODELS:
         raise ValueError(f"Unknown model name {name!r}; valid names are {', '.join(list_models())}.")
+    check_keywords(overrides, VIT_KEYWORDS, "model_config")
     variant, patch_size, stem = MODELS[name]
     config = dict(VARIANTS[variant], patch_size=patch_size, stem=stem)
     config.update({k: v for k, v in overrides.items() if v is not None or k == "stem"})
@@ -245,6 +317,8 @@ def create_model(
     num_heads, mlp_dim, num_layers, stem, channels, representation_size,
     include_preprocessing, attention_dropout, gelu_approximate, ...).
     """
+    check_keywords(overrides, VIT_KEYWORDS | set(inspect.signature(create_model).parameters) - {"overrides"},
+                   "create_model")
     config = model_config(name, **overrides)
     config.setdefault("name", name)
     model = VisionTransformer(
@@ -297,78 +371,10 @@ vit_r50_b16 = _named("vit_r50_b16")
 vit_r50_l32 = _named("vit_r50_l32")
 
 
-def _cubic(x, a=-0.5):
-    x = np.abs(x)
-    return np.where(x <= 1, ((a + 2) * x - (a + 3)) * x * x + 1,
-                    np.where(x < 2, (((x - 5) * x + 8) * x - 4) * a, 0.0))
-
-
-def _resample_matrix(old, new):
-    """(new, old) weights of antialiased bicubic resampling (a = -0.5, half-pixel centers).
-
-    This is PIL's and PyTorch's ``interpolate(mode="bicubic", antialias=True)``,
-    which timm's ``resample_abs_pos_embed`` uses; at the same size it is the identity.
-    """
-    scale = old / new
-    support = 2.0 * max(scale, 1.0)
-    inv = 1.0 / max(scale, 1.0)
-    matrix = np.zeros((new, old))
-    for i in range(new):
-        center = (i + 0.5) * scale
-        lo, hi = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), old)
-        taps = np.arange(lo, hi)
-        w = _cubic((taps - center + 0.5) * inv)
-        matrix[i, lo:hi] = w / w.sum()
-    return matrix
-
-
-def resize_position_embedding(pos_embedding, new_grid, old_grid=None, num_prefix_tokens=1):
-    """Resample the patch-grid part of a (1, T, D) position embedding to ``new_grid``.
-
-    The first ``num_prefix_tokens`` rows (the class token's) are kept as they are;
-    the N = gh * gw rows are treated as a 2-D (gh, gw, D) image and resampled with
-    2-D bicubic interpolation (see ``_resample_matrix``). ``old_grid`` defaults to
-    a square grid. Works for square <-> rectangular grids.
-    """
-    pos_embedding = np.asarray(pos_embedding)
-    prefix, grid = pos_embedding[:, :num_prefix_tokens], pos_embedding[:, num_prefix_tokens:]
-    n = grid.shape[1]
-    if old_grid is None:
-        side = int(round(n ** 0.5))
-        if side * side != n:
-            raise ValueError(f"The position embedding has {n} patch rows, not a square grid; pass `old_grid`.")
-        old_grid = (side, side)
-    old_grid, new_grid = pair(old_grid, "old_grid"), pair(new_grid, "new_grid")
-    if old_grid[0] * old_grid[1] != n:
-        raise ValueError(f"`old_grid`={old_grid} does not match {n} patch rows in the position embedding.")
-    image = grid.reshape(-1, *old_grid, grid.shape[-1]).astype("float64")
-    rows, cols = _resample_matrix(old_grid[0], new_grid[0]), _resample_matrix(old_grid[1], new_grid[1])
-    image = np.einsum("ih,jw,bhwd->bijd", rows, cols, image)
-    resized = image.reshape(-1, new_grid[0] * new_grid[1], grid.shape[-1]).astype(pos_embedding.dtype)
-    return np.concatenate([prefix, resized], axis=1)
-
-
 def resize_model(model, image_size):
     """A copy of a ``VisionTransformer`` at another image size, its position embedding resampled.
 
     This is the paper's fine-tuning at a higher resolution (e.g. 224 -> 384),
     and works square <-> rectangular.
     """
-    config = {**model.get_config(), "image_size": image_size}
-    resized = VisionTransformer.from_config(config)
-    old, new = model.get_layer("embedding"), resized.get_layer("embedding")
-    for source, target in zip(model.layers, resized.layers):
-        if source is not old:
-            target.set_weights(source.get_weights())
-    for src, dst in zip(old.weights, new.weights):
-        value = ops.convert_to_numpy(src)
-        name = src.path.split("/")[-1]
-        if name == "pos_embedding" and old.position_embedding == "learned":
-            value = resize_position_embedding(value, new.grid_size, old.grid_size, int(old.class_token))
-        elif name in ("pos_row", "pos_col"):
-            axis = 0 if name == "pos_row" else 1
-            value = _resample_matrix(old.grid_size[axis], new.grid_size[axis]) @ value
-        elif name == "pos_embedding":  # sincos_2d: fixed, recomputed by the new layer
-            continue
-        dst.assign(value.astype(dst.dtype) if hasattr(value, "astype") else value)
-    return resized
+    return model.rebuild(image_size=image_size)

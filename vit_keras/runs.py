@@ -6,6 +6,7 @@
     DIR/labels.txt         class names in label order
 """
 
+import csv
 import json
 import os
 import shutil
@@ -151,6 +152,51 @@ def clean_history(path):
             continue
         rows[int(line.split(",")[0])] = line
     write_text(path, "\n".join([header, *(rows[k] for k in sorted(rows))]) + "\n")
+
+
+def start_run(out_dir, record, chief=True):
+    """Make ``out_dir`` ready for the run ``record`` (its config.json) describes. Returns the folder's record
+    when it holds this run finished (nothing to do), else None: a run cut short resumes, another run's files
+    go. The chief writes config.json and labels.txt."""
+    os.makedirs(out_dir, exist_ok=True)
+    config_path = os.path.join(out_dir, "config.json")
+    previous = read_json(config_path)
+    same = {key: previous.get(key) for key in record} == json.loads(json.dumps(record, default=str))
+    if previous.get("completed") and same:
+        print(f"{out_dir} already holds this finished run; nothing to do (delete the folder to retrain).")
+        return previous
+    if previous and not same and chief:  # another run's history and backup would mix in, or fail to restore
+        print(f"{out_dir} holds a run with another config; starting this one afresh there.")
+        clear_run(out_dir)
+    if chief:
+        write_json(config_path, record)
+        write_text(os.path.join(out_dir, "labels.txt"), "\n".join(record["class_names"]) + "\n")
+    return None
+
+
+def finish_run(out_dir, model, record, seconds, chief=True):
+    """The record completed with the fit's time and final metrics. The chief saves the model and the record,
+    then removes the backups, the workers' too: until the run is complete, a rerun must resume everywhere."""
+    history_path = os.path.join(out_dir, "history.csv")
+    if chief:
+        clean_history(history_path)
+    record = dict(record, completed=True, fit_seconds_last_session=round(seconds, 1),
+                  **last_epoch_metrics(history_path))
+    if chief:
+        save_model(model, os.path.join(out_dir, "model.keras"))
+        write_json(os.path.join(out_dir, "config.json"), record)
+        remove_backups(out_dir)
+    return record
+
+
+def last_epoch_metrics(history_path):
+    """The final epoch's metrics from a CSV history, as floats named ``final_<metric>``."""
+    try:
+        with open(history_path) as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return {}
+    return {f"final_{k}": float(v) for k, v in rows[-1].items() if k != "epoch" and v} if rows else {}
 
 
 def data_split(model_path):

@@ -16,7 +16,7 @@ Epsilons default to timm's hybrid ViT (StdConv eps 1e-8, GroupNorm eps 1e-5).
 import keras
 from keras import ops
 
-from .layers import register
+from .layers import check_layer_keywords, register
 
 # Under tf.distribute, BatchNorm statistics over the global batch, not each replica's share: a run on
 # N replicas then trains like one device (Keras supports this on the TensorFlow backend only).
@@ -35,6 +35,7 @@ class StdConv2D(keras.layers.Conv2D):
     """Conv2D whose kernel is standardized (zero mean, unit variance per output filter) at every call."""
 
     def __init__(self, *args, std_epsilon=1e-8, **kwargs):
+        check_layer_keywords(self, kwargs)
         super().__init__(*args, **kwargs)
         self.std_epsilon = float(std_epsilon)
 
@@ -52,6 +53,7 @@ class ResNetV2Stem(keras.layers.Layer):
     """conv_root 7x7/2 -> GN -> ReLU -> maxpool 3x3/2 -> bottleneck stages (first stride 1, then 2)."""
 
     def __init__(self, depths=(3, 4, 9), width=64, std_epsilon=1e-8, norm_epsilon=1e-5, **kwargs):
+        check_layer_keywords(self, kwargs)
         super().__init__(**kwargs)
         self.depths = tuple(int(d) for d in depths)
         self.width = int(width)
@@ -141,6 +143,7 @@ class ConvStem(keras.layers.Layer):
     """
 
     def __init__(self, patch_size, hidden_size, **kwargs):
+        check_layer_keywords(self, kwargs)
         super().__init__(**kwargs)
         self.patch_size = int(patch_size)
         self.hidden_size = int(hidden_size)

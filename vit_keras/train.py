@@ -14,8 +14,6 @@ core's MultiHeadSelfAttention) and the head is a float32 layer, so logits and lo
 mixed_float16 wraps the optimizer in ``keras.optimizers.LossScaleOptimizer``.
 """
 
-import csv
-import json
 import math
 import os
 import time
@@ -25,14 +23,16 @@ import numpy as np
 import tensorflow as tf
 
 from .constants import PRECISIONS, STRATEGIES
-from .layers import pair, register
+from .layers import check_choice, pair, register
 from .microbatch import enable_micro_batches
 from .runs import NonFiniteLoss  # noqa: F401  (re-exported: callers catch it from here)
+from .train_config import RECIPES, TrainConfig, check_weights, is_saved_model
+from .train_config import scaled_learning_rate  # noqa: F401  (re-exported: the recipe's rule, documented here)
+from .validation import check_keywords
 
 # Variable names (``variable.name``) kept out of weight decay: LayerNorm/BatchNorm scale and offset,
 # all biases, the position embeddings and the class token.
 NO_DECAY_PATTERN = r"^(gamma|beta|bias|pos_embedding|pos_row|pos_col|pos_cls|cls)$"
-BASE_BATCH_SIZE = 512
 
 
 @register
@@ -57,11 +57,6 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
         return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, end=self.end)
 
 
-def scaled_learning_rate(base_lr, batch_size, base_batch_size=BASE_BATCH_SIZE):
-    """The linear scaling rule: the peak LR grows in proportion to the global batch size."""
-    return base_lr * batch_size / base_batch_size
-
-
 def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32", beta_2=0.999):
     """AdamW with the no-decay exclusions and global-norm clipping (loss-scaled under float16)."""
     optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=beta_2,
@@ -74,8 +69,7 @@ def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32
 
 def set_precision(precision):
     """Set the global Keras dtype policy; call before building the model."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"Unknown `precision`={precision!r}; valid values are {', '.join(map(repr, PRECISIONS))}.")
+    check_choice(precision, "precision", PRECISIONS)
     keras.mixed_precision.set_global_policy(precision)
 
 
@@ -86,8 +80,7 @@ def get_strategy(name="auto"):
     multi_worker: MultiWorkerMirroredStrategy; the cluster comes from the TF_CONFIG variable.
     tpu: TPUStrategy on the TPU named by TPU_NAME (empty: the local / Cloud TPU VM).
     """
-    if name not in STRATEGIES:
-        raise ValueError(f"Unknown `strategy`={name!r}; valid values are {', '.join(map(repr, STRATEGIES))}.")
+    check_choice(name, "strategy", STRATEGIES)
     if name == "auto":
         if _tpu_present():
             name = "tpu"
@@ -146,24 +139,6 @@ def compile_model(model, schedule, precision="float32", weight_decay=0.05, label
     return model
 
 
-# The quick recipe: a hybrid ViT whose conv stem (two 3x3 stride-2 convs, Xiao et al. 2021) feeds a 7x7 or
-# 8x8 token grid to 3 blocks of width 64, GAP pooling (no class token), tanh GELU. On Fashion-MNIST, 12 epochs
-# reach 90.9-91.5% test in ~6 min of fit on 2 cores (docs/benchmarks.md: the runs and trials; peak LR 4e-3 at
-# batch 128 beat 2e-3 and 6e-3, label smoothing 0.1 beat 0, batch 128 beat 256). The long recipe is the same
-# design at width 96 and 4 blocks (0.32M parameters) for 30 epochs (91.95-92.15%), with flips only and drop-path
-# 0.05: the 0.8M-parameter long recipe before it (random-resized crops, drop-path 0.1) was still under-fitted
-# after 20 epochs (90.5%).
-QUICK = dict(hidden_size=64, num_heads=2, mlp_dim=128, num_layers=3, pooling="gap", class_token=False,
-             gelu_approximate=True, stem="conv")
-RECIPES = {
-    "quick": dict(model=QUICK, epochs=12, batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=0.5,
-                  label_smoothing=0.1, drop_path=0.0, augment="flip", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0),
-    "long": dict(model=dict(QUICK, hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4), epochs=30,
-                 batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1,
-                 drop_path=0.05, augment="flip", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0),
-}
-
-
 def quick_patch(side):
     """A power-of-two patch (the conv stem halves the image per conv) giving a 7x7 or 8x8 grid, or close."""
     return 1 << max(round(math.log2(max(side, 2) / 7.5)), 1)
@@ -213,29 +188,10 @@ def decode_size(data, model_name=None, image_size=None, weights=None):
     return None
 
 
-def is_saved_model(weights):
-    """Whether ``weights`` is a .keras model (its own architecture), not a checkpoint for a named one."""
-    return str(weights or "").endswith(".keras")
-
-
-def check_weights(weights, model_name, overrides):
-    """A .keras file brings its own architecture; any other checkpoint needs a named model to load into."""
-    if not weights:
-        return
-    if is_saved_model(weights):
-        if model_name or overrides:
-            raise ValueError(f"`weights`={str(weights)!r} is a saved model with its own architecture; drop "
-                             f"`model_name`/architecture overrides ({model_name or ', '.join(overrides)}) or pass a "
-                             "checkpoint (.npz, .safetensors) with `model_name`.")
-    elif model_name is None:
-        raise ValueError(f"`weights`={str(weights)!r} is a checkpoint for a named model: pass `model_name` (e.g. "
-                         "'vit_ti16'), or a .keras model saved by an earlier run.")
-
-
 def finetune_from(path, num_classes, image_size=None, drop_path=None):
     """A saved VisionTransformer, resized to ``image_size``, with a zero head for ``num_classes`` and the
     given ``drop_path`` (None: the saved one)."""
-    from .models import VisionTransformer, load_model, resize_model
+    from .models import load_model, resize_model
 
     model = load_model(path)
     if image_size is not None:
@@ -243,137 +199,94 @@ def finetune_from(path, num_classes, image_size=None, drop_path=None):
     config = model.get_config()
     changes = {key: value for key, value in dict(num_classes=num_classes, drop_path=drop_path).items()
                if value is not None and config[key] != value}
-    if changes:
-        fresh = VisionTransformer.from_config({**config, **changes})
-        for source, target in zip(model.layers, fresh.layers):
-            if target.name != "head" or "num_classes" not in changes:
-                target.set_weights(source.get_weights())
-            else:  # the paper's fine-tuning: a zero-initialized D x K head (section 3.2)
-                target.set_weights([np.zeros_like(w) for w in target.get_weights()])
-        model = fresh
+    if changes:  # a new num_classes gets the paper's zero-initialized D x K head (section 3.2)
+        model = model.rebuild(**changes)
     return model
 
 
-def train(data, out_dir, model_name=None, image_size=None, recipe="quick", epochs=None, batch_size=None,
-          learning_rate=None, weight_decay=None, label_smoothing=None, drop_path=None, augment=None, crop_scale=None,
-          mixup=None, cutmix=None, warmup_epochs=None, precision="float32", strategy="auto", weights=None, seed=0,
-          limit=None, data_dir=None, val_fraction=0.1, backup_every="epoch", jit_compile=True, steps_per_execution=8,
-          micro_batches=2, verbose="auto", tensorboard=True, model_overrides=None):
+def train(data, out_dir, **options):
     """Train on ``data`` ("fashion_mnist" | "tfds:NAME" | "folder:PATH") into ``out_dir``; rerun to resume.
 
-    Unset hyper-parameters come from ``RECIPES[recipe]``; ``learning_rate`` is the peak LR for the
-    given global ``batch_size`` (default: the recipe's base LR scaled linearly from batch 512).
-    ``crop_scale`` = (min, max) area fraction of the random-resized crops (``augment="crop"`` or "randaugment").
-    ``model_overrides`` (e.g. hidden_size, num_layers, patch_size) change the model's architecture.
-    ``steps_per_execution`` steps run per call into TensorFlow on a single device: fewer Python round trips
-    and callback syncs, the same results. Under other strategies it is 1 (Keras 3.15's multi-step loop fails
-    under MirroredStrategy). ``micro_batches`` > 1 computes each batch's gradients as that many concurrent
-    XLA programs on a single device (``vit_keras.microbatch``; BatchNorm then sees micro-batch statistics).
-    Returns the resolved config with the final metrics. Raises ``NonFiniteLoss`` if the loss blows up.
+    ``options`` are ``TrainConfig``'s fields (model_name, epochs, batch_size, learning_rate, precision, ...):
+    unset hyper-parameters come from ``RECIPES[recipe]``, and an unknown keyword is refused, naming the nearest
+    valid one. Returns the run's record (config.json) with the final metrics. Raises ``NonFiniteLoss`` if the
+    loss blows up.
     """
+    check_keywords(options, TrainConfig.option_names(), "train()")
+    return train_with_config(TrainConfig(data, **options), out_dir)
+
+
+def train_with_config(config, out_dir):
+    """Train as ``config`` (a ``TrainConfig``) says into ``out_dir``; see ``train``."""
     from . import runs
-    from .data import load_dataset
-    from .pipeline import check_crop_scale, make_dataset
 
-    if recipe not in RECIPES:
-        raise ValueError(f"Unknown `recipe`={recipe!r}; valid values are {', '.join(map(repr, RECIPES))}.")
-    set_precision(precision)
-    dist = get_strategy(strategy)  # before other TF work: multi-worker needs a fresh context
-    defaults = RECIPES[recipe]
-    hp = dict(epochs=epochs, batch_size=batch_size, weight_decay=weight_decay, label_smoothing=label_smoothing,
-              drop_path=drop_path, augment=augment, crop_scale=crop_scale, mixup=mixup, cutmix=cutmix,
-              warmup_epochs=warmup_epochs)
-    hp = {k: defaults[k] if v is None else v for k, v in hp.items()}
-    hp["crop_scale"] = check_crop_scale(hp["crop_scale"])  # before anything is loaded or written
-    check_weights(weights, model_name, model_overrides)
-    for key, value in dict(epochs=hp["epochs"], batch_size=hp["batch_size"], steps_per_execution=steps_per_execution,
-                           micro_batches=micro_batches).items():
-        if int(value) < 1:
-            raise ValueError(f"`{key}` must be a positive int; got {value}.")
-    for key, valid, bounds in (("warmup_epochs", hp["warmup_epochs"] >= 0, ">= 0"),
-                               ("weight_decay", hp["weight_decay"] >= 0, ">= 0"),
-                               ("label_smoothing", 0 <= hp["label_smoothing"] < 1, "in [0, 1)"),
-                               ("drop_path", 0 <= hp["drop_path"] < 1, "in [0, 1)"),
-                               ("mixup", hp["mixup"] >= 0, ">= 0"), ("cutmix", hp["cutmix"] >= 0, ">= 0")):
-        if not valid:  # before any data loads
-            raise ValueError(f"`{key}` must be {bounds}; got {hp[key]}.")
-    # A saved model fine-tuned without `drop_path` keeps its own (the recipe's default is for new models).
-    keep_drop_path = drop_path is None and is_saved_model(weights)
-    if learning_rate is not None and not learning_rate > 0:
-        raise ValueError(f"`learning_rate` must be > 0; got {learning_rate}.")
-    hp["learning_rate"] = learning_rate or scaled_learning_rate(defaults["base_lr"], hp["batch_size"])
-
-    sources = dict(limit=limit, seed=seed, data_dir=data_dir, val_fraction=val_fraction,
-                   image_size=decode_size(data, model_name, image_size, weights))
-    train_data, val_data = load_dataset(data, "train", **sources), load_dataset(data, "val", **sources)
-    num_classes, channels = train_data.num_classes, train_data.images.shape[-1]
-    data_size = train_data.images.shape[1:3]
-    chief, task = worker_role(dist)
-    os.makedirs(out_dir, exist_ok=True)
-    config_path = os.path.join(out_dir, "config.json")
-
+    set_precision(config.precision)
+    dist = get_strategy(config.strategy)  # before other TF work: multi-worker needs a fresh context
+    train_data, val_data = load_splits(config)
     with dist.scope():
-        model = build_model(num_classes, channels, data_size, model_name, image_size, recipe,
-                            None if keep_drop_path else hp["drop_path"],
-                            weights, seed, model_overrides)
-        vit = model.get_config()
-        hp["drop_path"] = vit["drop_path"]
-        steps_per_epoch = len(train_data.images) // hp["batch_size"]
-        if steps_per_epoch < 1:
-            raise ValueError(f"`batch_size`={hp['batch_size']} is larger than the {len(train_data.images)} "
-                             "training images; use a smaller batch size.")
-        schedule = WarmupCosine(hp["learning_rate"], steps_per_epoch * hp["epochs"],
-                                min(int(steps_per_epoch * hp["warmup_epochs"]), steps_per_epoch * hp["epochs"]))
-        single_device = not tf.distribute.has_strategy()
-        micro = int(micro_batches) if single_device and jit_compile else 1
-        compile_model(model, schedule, precision, hp["weight_decay"], hp["label_smoothing"],
-                      jit_compile=jit_compile and micro == 1,
-                      steps_per_execution=steps_per_execution if single_device else 1)
-        if micro > 1:
-            enable_micro_batches(model, micro)
-        if isinstance(dist, tf.distribute.MultiWorkerMirroredStrategy):
-            _prebuild(model, hp["batch_size"], num_classes)
+        model, steps_per_epoch, micro = build_for_fit(config, train_data, dist)
+    record = config.record(model.get_config(), train_data.class_names, steps_per_epoch, micro,
+                           dist.num_replicas_in_sync, len(train_data.images), len(val_data.images),
+                           len(train_data.skipped) + len(val_data.skipped))
+    chief, task = worker_role(dist)
+    finished = runs.start_run(out_dir, record, chief)
+    if finished:
+        return finished
+    seconds = fit(model, config, out_dir, train_data, val_data, worker=None if chief else task)
+    return runs.finish_run(out_dir, model, record, seconds, chief)
 
-    config = dict(data=data, model=model_name or "vit_quick", recipe=recipe, precision=precision, strategy=strategy,
-                  replicas=dist.num_replicas_in_sync, micro_batches=micro, seed=seed, val_fraction=val_fraction,
-                  limit=limit, weights=weights, vit=vit,
-                  class_names=train_data.class_names, train_examples=len(train_data.images),
-                  val_examples=len(val_data.images), skipped_images=len(train_data.skipped) + len(val_data.skipped),
-                  steps_per_epoch=steps_per_epoch, **hp)
-    previous = runs.read_json(config_path)
-    same = {k: previous.get(k) for k in config} == json.loads(json.dumps(config))
-    if previous.get("completed") and same:
-        print(f"{out_dir} already holds this finished run; nothing to do (delete the folder to retrain).")
-        return previous
-    if previous and not same and chief:  # another run's history and backup would mix in, or fail to restore
-        print(f"{out_dir} holds a run with another config; starting this one afresh there.")
-        runs.clear_run(out_dir)
-    if chief:
-        runs.write_json(config_path, config)
-        runs.write_text(os.path.join(out_dir, "labels.txt"), "\n".join(train_data.class_names) + "\n")
 
-    size, model_channels = vit["image_size"], vit["channels"]
-    pipeline = dict(num_classes=num_classes, image_size=size, channels=model_channels, seed=seed)
-    train_ds = make_dataset(train_data.images, train_data.labels, batch_size=hp["batch_size"], training=True,
-                            augment=hp["augment"], crop_scale=hp["crop_scale"], mixup=hp["mixup"], cutmix=hp["cutmix"],
-                            **pipeline)
-    val_ds = make_dataset(val_data.images, val_data.labels, batch_size=hp["batch_size"], **pipeline)
-    callbacks = runs.make_callbacks(out_dir, hp["batch_size"], None if chief else task, backup_every,
-                                    tensorboard and chief)
+def load_splits(config):
+    """The training and validation data, decoded at the model's size where it is known beforehand."""
+    from .data import load_dataset
+
+    sources = dict(limit=config.limit, seed=config.seed, data_dir=config.data_dir, val_fraction=config.val_fraction,
+                   image_size=decode_size(config.data, config.model_name, config.image_size, config.weights))
+    return load_dataset(config.data, "train", **sources), load_dataset(config.data, "val", **sources)
+
+
+def build_for_fit(config, train_data, dist):
+    """(model, steps per epoch, micro-batches its steps use): the model built and compiled in ``dist``'s scope."""
+    num_classes = train_data.num_classes
+    model = build_model(num_classes, train_data.images.shape[-1], train_data.images.shape[1:3], config.model_name,
+                        config.image_size, config.recipe, config.drop_path, config.weights, config.seed,
+                        config.model_overrides)
+    steps_per_epoch = len(train_data.images) // config.batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(f"`batch_size`={config.batch_size} is larger than the {len(train_data.images)} "
+                         "training images; use a smaller batch size.")
+    total = steps_per_epoch * config.epochs
+    schedule = WarmupCosine(config.learning_rate, total, min(int(steps_per_epoch * config.warmup_epochs), total))
+    single_device = not tf.distribute.has_strategy()
+    micro = config.micro_batches if single_device and config.jit_compile else 1
+    compile_model(model, schedule, config.precision, config.weight_decay, config.label_smoothing,
+                  jit_compile=config.jit_compile and micro == 1,
+                  steps_per_execution=config.steps_per_execution if single_device else 1)
+    if micro > 1:
+        enable_micro_batches(model, micro)
+    if isinstance(dist, tf.distribute.MultiWorkerMirroredStrategy):
+        _prebuild(model, config.batch_size, num_classes)
+    return model, steps_per_epoch, micro
+
+
+def fit(model, config, out_dir, train_data, val_data, worker=None):
+    """``model.fit`` with the run folder's callbacks (``worker``: a non-chief task's name); returns its seconds."""
+    from . import runs
+    from .pipeline import make_dataset
+
+    vit = model.get_config()
+    pipeline = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
+                    seed=config.seed)
+    train_ds = make_dataset(train_data.images, train_data.labels, batch_size=config.batch_size, training=True,
+                            augment=config.augment, crop_scale=config.crop_scale, mixup=config.mixup,
+                            cutmix=config.cutmix, **pipeline)
+    val_ds = make_dataset(val_data.images, val_data.labels, batch_size=config.batch_size, **pipeline)
+    callbacks = runs.make_callbacks(out_dir, config.batch_size, worker, config.backup_every,
+                                    config.tensorboard and worker is None)
     start = time.perf_counter()
-    model.fit(train_ds, validation_data=val_ds, epochs=hp["epochs"], callbacks=callbacks, verbose=verbose,
+    model.fit(train_ds, validation_data=val_ds, epochs=config.epochs, callbacks=callbacks, verbose=config.verbose,
               shuffle=False)  # the pipeline shuffles, seeded
-    seconds = time.perf_counter() - start
-
-    history_path = os.path.join(out_dir, "history.csv")
-    if chief:
-        runs.clean_history(history_path)
-    config.update(completed=True, fit_seconds_last_session=round(seconds, 1), **_last_row(history_path))
-    if chief:  # then the backups go, the workers' too: until the run is complete, a rerun must resume everywhere
-        runs.save_model(model, os.path.join(out_dir, "model.keras"))
-        runs.write_json(config_path, config)
-        runs.remove_backups(out_dir)
-    return config
+    return time.perf_counter() - start
 
 
 def _prebuild(model, batch_size, num_classes):
@@ -390,13 +303,3 @@ def _prebuild(model, batch_size, num_classes):
     for name in ("train_step", "test_step"):
         step = getattr(model, name)
         setattr(model, name, lambda data, step=step: {k: tf.reshape(v, [1]) for k, v in step(data).items()})
-
-
-def _last_row(path):
-    """The final epoch's metrics from a CSV history, as floats."""
-    try:
-        with open(path) as f:
-            rows = list(csv.DictReader(f))
-    except OSError:
-        return {}
-    return {f"final_{k}": float(v) for k, v in rows[-1].items() if k != "epoch" and v} if rows else {}

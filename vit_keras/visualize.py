@@ -25,10 +25,10 @@ from .files import atomic_path
 
 
 def _embedding(model):
-    try:
-        return model.get_layer("embedding")
-    except ValueError:
-        raise ValueError("`model` must be a vit_keras VisionTransformer (it has no layer named 'embedding').") from None
+    encoder = getattr(model, "patch_encoder", None)
+    if encoder is None:
+        raise ValueError("`model` must be a vit_keras VisionTransformer (it has no patch encoder).")
+    return encoder
 
 
 def token_geometry(model):
@@ -48,8 +48,7 @@ def model_inputs(model, images, pixels=True):
     if images.ndim != 4 or images.shape[1:] != expected:
         raise ValueError(f"`images` must have shape (N, {', '.join(map(str, expected))}); got {images.shape}. "
                          "Use `load_image` to resize a file to the model's input.")
-    has_preprocessing = any(layer.name == "preprocessing" for layer in model.layers)
-    if pixels and not has_preprocessing:
+    if pixels and getattr(model, "preprocessing", None) is None:
         images = (images - PIXEL_MEAN) / PIXEL_STD  # the model expects the checkpoints' [-1, 1] range
     return images
 
@@ -117,7 +116,7 @@ def attention_heatmap(model, images, pixels=True, batch_size=32):
     """Attention-rollout heatmaps (B, gh, gw) of ``images`` in ``model``'s patch grid."""
     maps = model.attention_maps(model_inputs(model, images, pixels), batch_size=batch_size)
     grid, _, class_token = token_geometry(model)
-    return rollout_heatmap(attention_rollout(maps), grid, class_token, model.get_layer("pool").pooling)
+    return rollout_heatmap(attention_rollout(maps), grid, class_token, model.pooling_layer.pooling)
 
 
 def upsample(heatmap, size):
@@ -144,6 +143,32 @@ def overlay_heatmap(image, heatmap, alpha=0.5, cmap="inferno"):
     heat = (heat - heat.min()) / max(heat.max() - heat.min(), 1e-12)
     colored = matplotlib.colormaps[cmap](heat)[..., :3] * 255.0
     return np.clip((1 - alpha) * rgb + alpha * colored, 0, 255).astype("uint8")
+
+
+def attention_map(model, image):
+    """faustomorales/vit-keras's attention map: ``image`` masked by where the prediction looks.
+
+    ``image``: 0-255 pixels (H, W), (H, W, 1) or (H, W, 3) at any size, resized here to the model's input.
+    Its attention-rollout heatmap, scaled to a maximum of 1 and upsampled to (H, W), multiplies the image:
+    returns uint8 of the image's shape. ``model``: a ``VisionTransformer`` or a ``vit_keras.vit`` model.
+    """
+    from .vit import vision_transformer_of
+
+    vit = vision_transformer_of(model)
+    pixels = np.asarray(image, dtype="float32")
+    if pixels.ndim not in (2, 3) or pixels.ndim == 3 and pixels.shape[-1] not in (1, 3) or not pixels.size:
+        raise ValueError(f"`image` must be (H, W), (H, W, 1) or (H, W, 3) pixels; got shape {pixels.shape}.")
+    planes = pixels[..., None] if pixels.ndim == 2 else pixels
+    height, width, channels = vit.input_shape[1:]
+    resized = np.stack([upsample(planes[..., c], (height, width)) for c in range(planes.shape[-1])], axis=-1)
+    if (resized.shape[-1], channels) == (1, 3):
+        resized = np.repeat(resized, 3, axis=-1)
+    elif (resized.shape[-1], channels) == (3, 1):
+        resized = resized @ np.array(LUMA_WEIGHTS, "float32")[:, None]
+    heatmap = attention_heatmap(vit, resized[None])[0]
+    mask = np.clip(upsample(heatmap / heatmap.max(), pixels.shape[:2]), 0.0, 1.0)
+    mask = mask[..., None] if pixels.ndim == 3 else mask
+    return (mask * pixels).astype("uint8")
 
 
 # ----------------------------------------------------------------------------- attention distance

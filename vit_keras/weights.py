@@ -16,7 +16,7 @@ What may legitimately differ is handled, with a warning, the paper's way:
     ``resize_position_embedding`` (2-D bicubic, a = -0.5, antialiased: PyTorch's
     ``interpolate(mode="bicubic", antialias=True)``, timm's ``resample_abs_pos_embed`` default).
     ``save_npz`` records the grid (``GRID``); other files are read as Google's and timm's are written
-    (``_table_layout``: square grids; a timm table may lack the class-token row);
+    (``position.table_layout``: square grids; a timm table may lack the class-token row);
   * a 1-channel model and an RGB patch embedding: the kernel is summed over RGB (exact for
     grey images, which are R = G = B).
 Anything else is a ValueError that lists every mismatched, missing and unexpected name.
@@ -31,17 +31,16 @@ from keras import ops
 
 from . import stems
 from .files import atomic_path
-from .models import VisionTransformer, _resample_matrix, resize_position_embedding
+from .models import VisionTransformer
+from .position import resize_axis_embedding, resize_position_embedding, table_layout
 from .weights_fetch import resolve
-from .weights_google import PICKLE_HINT, POS, add_class_position, canonical_google, read_npz
-from .weights_torch import MAYBE_ROWLESS, canonical_torch, read_safetensors
+from .weights_google import GRID, PICKLE_HINT, POS, Checkpoint, add_class_position, canonical_google, read_npz
+from .weights_torch import canonical_torch, read_safetensors
 
 log = logging.getLogger("vit_keras.weights")
 
 # Not in any Google file: our own names so that save_npz -> load_weights round-trips these options too.
 POS_ROW, POS_COL, POS_CLS = (f"Transformer/posembed_input/{n}" for n in ("pos_row", "pos_col", "pos_cls"))
-# The patch grid (rows, cols) of the saved model: a (1, N, D) table alone cannot tell 9x16 from 12x12.
-GRID = "Transformer/posembed_input/grid_size"
 
 
 class Slot:
@@ -100,9 +99,8 @@ def model_slots(model):
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"`model` must be a vit_keras VisionTransformer (e.g. from create_model); "
                          f"got {type(model).__name__}.")
-    names = {layer.name for layer in model.layers}
-    slots = _stem_slots(model.get_layer("stem")) if "stem" in names else []
-    emb = model.get_layer("embedding")
+    slots = _stem_slots(model.stem) if model.stem is not None else []
+    emb = model.patch_encoder
     slots += [Slot(["embedding/kernel"], emb.kernel), Slot(["embedding/bias"], emb.bias)]
     if emb.class_token:
         slots.append(Slot(["cls"], emb.cls))
@@ -111,16 +109,16 @@ def model_slots(model):
     elif emb.position_embedding == "learned_2d":
         slots += [Slot([POS_ROW], emb.pos_row), Slot([POS_COL], emb.pos_col)]
         slots += [Slot([POS_CLS], emb.pos_cls)] if emb.class_token else []
-    for i in range(model.vit_config["num_layers"]):
-        block, prefix = model.get_layer(f"encoderblock_{i}"), f"Transformer/encoderblock_{i}/"
+    for i, block in enumerate(model.blocks):
+        prefix = f"Transformer/encoderblock_{i}/"
         slots += _norm(prefix + "LayerNorm_0", block.norm1)
         slots += _attention_slots(prefix + "MultiHeadDotProductAttention_1/", block.attn)
         slots += _norm(prefix + "LayerNorm_2", block.norm2)
         slots += _dense(prefix + "MlpBlock_3/Dense_0", block.fc1) + _dense(prefix + "MlpBlock_3/Dense_1", block.fc2)
-    slots += _norm("Transformer/encoder_norm", model.get_layer("encoder_norm"))
-    for name in ("pre_logits", "head"):
-        if name in names:
-            slots += _dense(name, model.get_layer(name))
+    slots += _norm("Transformer/encoder_norm", model.encoder_norm)
+    for name, layer in (("pre_logits", model.pre_logits), ("head", model.head)):
+        if layer is not None:
+            slots += _dense(name, layer)
     return slots
 
 
@@ -135,14 +133,14 @@ def model_arrays(model):
 def save_npz(model, path):
     """Write ``model``'s weights as an ``.npz`` in the original Google layout (atomically)."""
     path = os.fspath(path)
-    arrays = {**model_arrays(model), GRID: np.asarray(model.get_layer("embedding").grid_size, np.int32)}
+    arrays = {**model_arrays(model), GRID: np.asarray(model.grid_size, np.int32)}
     with atomic_path(path) as temp, open(temp, "wb") as f:
         np.savez(f, **arrays)
     return path
 
 
 def read_checkpoint(path, num_heads):
-    """A local checkpoint file in any supported format -> canonical name -> array."""
+    """A local checkpoint file in any supported format -> a ``Checkpoint`` (canonical name -> array)."""
     path = os.fspath(path)
     if path.endswith((".pth", ".pt", ".bin")):
         raise ValueError(f"{path}: {PICKLE_HINT}")
@@ -166,13 +164,13 @@ def load_weights(model, weights, cache_dir=None, sha256=None):
     """Load a checkpoint (path or http(s) URL) into ``model``, all or nothing; returns ``model``."""
     model_slots(model)  # fail on a wrong `model` before any download
     path = resolve(weights, cache_dir=cache_dir, sha256=sha256)
-    num_heads = model.get_layer("encoderblock_0").num_heads
-    checkpoint = read_checkpoint(path, num_heads)
+    checkpoint = read_checkpoint(path, model.blocks[0].num_heads)
     plan = plan_assignment(model, checkpoint, source=path)
     for variable, value in plan:
         variable.assign(value)
-    if "head" in [layer.name for layer in model.layers]:
-        head, assigned = model.get_layer("head"), {id(variable) for variable, _ in plan}
+    head = model.head
+    if head is not None:
+        assigned = {id(variable) for variable, _ in plan}
         if id(head.kernel) not in assigned:  # a skipped head: the paper's zero-initialized D x K layer
             for variable in (head.kernel, head.bias):
                 variable.assign(np.zeros(variable.shape, variable.dtype))
@@ -183,13 +181,11 @@ def _warn(message):
     warnings.warn(message, UserWarning, stacklevel=6)  # the caller of load_weights
 
 
-def _adapt(model, checkpoint, expected):
-    """Apply the allowed differences (head, pre_logits, image size, grey input) in place."""
-    _skip_head(checkpoint, expected)
-    old_grid, maybe_rowless = checkpoint.pop(GRID, None), checkpoint.pop(MAYBE_ROWLESS, None) is not None
-    _resample_position(model, checkpoint, expected, None if old_grid is None else tuple(int(v) for v in old_grid),
-                       maybe_rowless)
-    _sum_rgb_kernel(model, checkpoint, expected)
+def _adapt(model, arrays, expected, checkpoint):
+    """Apply the allowed differences (head, pre_logits, image size, grey input) to ``arrays`` in place."""
+    _skip_head(arrays, expected)
+    _resample_position(model, arrays, expected, checkpoint.grid, checkpoint.timm_table)
+    _sum_rgb_kernel(model, arrays, expected)
 
 
 def _skip_head(checkpoint, expected):
@@ -213,19 +209,19 @@ def _skip_head(checkpoint, expected):
             checkpoint.pop(name, None)
 
 
-def _resample_position(model, checkpoint, expected, old_grid=None, maybe_rowless=False):
+def _resample_position(model, checkpoint, expected, old_grid=None, timm_table=False):
     """Fit the checkpoint's position embedding to the model's patch grid.
 
     ``old_grid`` is recorded by ``save_npz``. Other files carry only a (1, R, D) table; its class-token row and
-    grid are inferred by ``_table_layout``. ``maybe_rowless``: a timm table, which has no class row when the
+    grid are inferred by ``table_layout``. ``timm_table``: a timm table, which has no class row when the
     model was made with ``no_embed_class`` (a zero row is then added: the class token had no position).
     """
-    emb = model.get_layer("embedding")
+    emb = model.patch_encoder
     new_grid = tuple(emb.grid_size)
     for name, axis in ((POS_ROW, 0), (POS_COL, 1)):  # learned_2d: one table per axis, its length is its grid
         table, want = checkpoint.get(name), expected.get(name)
         if table is not None and want is not None and table.ndim == 2 and table.shape[0] != want.shape[0]:
-            checkpoint[name] = _resample_matrix(table.shape[0], new_grid[axis]) @ table
+            checkpoint[name] = resize_axis_embedding(table, new_grid[axis])
     pos, want = checkpoint.get(POS), expected.get(POS)
     if pos is None or want is None or pos.ndim != 3 or pos.shape[2] != want.shape[2]:
         return
@@ -233,7 +229,7 @@ def _resample_position(model, checkpoint, expected, old_grid=None, maybe_rowless
     if old_grid is not None:
         has_row = class_row
     else:
-        layout = _table_layout(pos.shape[1], class_row, want.shape[1], new_grid, maybe_rowless)
+        layout = table_layout(pos.shape[1], class_row, want.shape[1], new_grid, timm_table)
         if layout is None:
             return  # reported as a shape mismatch, with a hint
         has_row, old_grid = layout
@@ -245,34 +241,9 @@ def _resample_position(model, checkpoint, expected, old_grid=None, maybe_rowless
         log.info("Resampled the position embedding from a %dx%d grid to %dx%d.", *old_grid, *new_grid)
 
 
-def _table_layout(rows, class_row, want_rows, model_grid, maybe_rowless):
-    """(the table has a class row, its grid) for a table of ``rows`` rows without a recorded grid, or None."""
-    if class_row and maybe_rowless:  # timm: a class row or none; a table at the model's own size first
-        if rows == want_rows:
-            return True, model_grid
-        if rows == want_rows - 1:
-            return False, model_grid
-        for has_row in (True, False):
-            side = _square_root(rows - has_row)
-            if side:
-                return has_row, (side, side)
-        return None
-    # Google, AugReg, big_vision (its missing row added on reading), Hugging Face, our own older files: the
-    # class row is there with `cls`, and Google's grids are square; else the model's own size.
-    side = _square_root(rows - int(class_row))
-    if side:
-        return class_row, (side, side)
-    return (class_row, model_grid) if rows == want_rows else None
-
-
-def _square_root(n):
-    side = int(round(max(n, 0) ** 0.5))
-    return side if side > 0 and side * side == n else None
-
-
 def _sum_rgb_kernel(model, checkpoint, expected):
     kernel, want = checkpoint.get("embedding/kernel"), expected.get("embedding/kernel")
-    if kernel is None or want is None or "stem" in [layer.name for layer in model.layers]:
+    if kernel is None or want is None or model.stem is not None:
         return
     if kernel.ndim == 4 and kernel.shape[2] == 3 and want.shape[2] == 1 \
             and kernel.shape[:2] + kernel.shape[3:] == want.shape[:2] + want.shape[3:]:
@@ -314,22 +285,27 @@ HINTS = [
 
 
 def plan_assignment(model, checkpoint, source="checkpoint"):
-    """(variable, value) for every weight of ``model``, or a ValueError listing everything that does not fit."""
-    checkpoint = dict(checkpoint)
+    """(variable, value) for every weight of ``model``, or a ValueError listing everything that does not fit.
+
+    ``checkpoint``: a ``Checkpoint``, or a plain name -> array mapping (then nothing is known of its table).
+    """
+    if not isinstance(checkpoint, Checkpoint):
+        checkpoint = Checkpoint(checkpoint)
     slots = model_slots(model)
     expected = {}
     for slot in slots:
         expected.update(zip(slot.names, slot.unpack(np.zeros(slot.variable.shape, "float32"))))
-    original = dict(checkpoint)
-    _adapt(model, checkpoint, expected)
-    mismatched = [n for n in expected if n in checkpoint and checkpoint[n].shape != expected[n].shape]
-    missing = [n for n in expected if n not in checkpoint]
-    unexpected = sorted(n for n in checkpoint if n not in expected)
+    original = checkpoint.arrays
+    arrays = dict(original)
+    _adapt(model, arrays, expected, checkpoint)
+    mismatched = [n for n in expected if n in arrays and arrays[n].shape != expected[n].shape]
+    missing = [n for n in expected if n not in arrays]
+    unexpected = sorted(n for n in arrays if n not in expected)
     if mismatched or missing or unexpected:
-        lines = [f"  shape mismatch: {n}: checkpoint {tuple(checkpoint[n].shape)}, model {tuple(expected[n].shape)}"
+        lines = [f"  shape mismatch: {n}: checkpoint {tuple(arrays[n].shape)}, model {tuple(expected[n].shape)}"
                  for n in mismatched]
         lines += [f"  missing from checkpoint: {n} {tuple(expected[n].shape)}" for n in missing]
-        lines += [f"  unexpected in checkpoint: {n} {tuple(checkpoint[n].shape)}" for n in unexpected]
+        lines += [f"  unexpected in checkpoint: {n} {tuple(arrays[n].shape)}" for n in unexpected]
         hints = [text(original, expected) if callable(text) else text
                  for test, text in HINTS if test(original, expected)]
         raise ValueError(
@@ -341,7 +317,7 @@ def plan_assignment(model, checkpoint, source="checkpoint"):
     for slot in slots:
         if not all(n in expected for n in slot.names):
             continue  # a skipped head
-        value = np.asarray(slot.pack([checkpoint[n] for n in slot.names]), dtype=slot.variable.dtype)
+        value = np.asarray(slot.pack([arrays[n] for n in slot.names]), dtype=slot.variable.dtype)
         if tuple(value.shape) != tuple(slot.variable.shape):  # cannot happen once names and shapes agree
             raise ValueError(f"{slot.names[0]}: packed shape {value.shape} != variable shape {slot.variable.shape}")
         plan.append((slot.variable, value))

@@ -22,6 +22,7 @@ files simply lack ``pre_logits``). Other layouts are renamed into it:
   * bfloat16 arrays (stored by numpy as 2-byte void) become float32.
 """
 
+import collections.abc
 import re
 import zipfile
 import zlib
@@ -29,6 +30,9 @@ import zlib
 import numpy as np
 
 POS = "Transformer/posembed_input/pos_embedding"
+# Not in any Google file: the patch grid (rows, cols) ``save_npz`` records, for a (1, N, D) table alone cannot
+# tell 9x16 from 12x12. Read into ``Checkpoint.grid``, not left among the weights.
+GRID = "Transformer/posembed_input/grid_size"
 PREFIXES = ("opt/target/", "params/img/", "params/")
 SCANNED = "Transformer/encoderblock/"
 # big_vision's Encoder1DBlock module names -> the original ones.
@@ -41,6 +45,28 @@ BIG_VISION_MODULES = {
 
 PICKLE_HINT = ("PyTorch pickles (.bin, .pth, .pt; zip archives since torch 1.6) are not read: save the state dict "
                "with safetensors first.")
+
+
+class Checkpoint(collections.abc.Mapping):
+    """A checkpoint in the canonical layout (name -> array), with what its reader found about its position table.
+
+    grid: the patch grid (rows, cols) the file records, or None (then the loader infers it from the table);
+    timm_table: the table is timm's, which has no class-token row when the model was made with no_embed_class.
+    """
+
+    def __init__(self, arrays, grid=None, timm_table=False):
+        self.arrays = dict(arrays)
+        self.grid = None if grid is None else tuple(int(v) for v in np.ravel(grid))
+        self.timm_table = bool(timm_table)
+
+    def __getitem__(self, name):
+        return self.arrays[name]
+
+    def __iter__(self):
+        return iter(self.arrays)
+
+    def __len__(self):
+        return len(self.arrays)
 
 
 def corrupt_error(path, kind, error):
@@ -83,7 +109,7 @@ def _block_name(index, rest, big_vision):
 
 
 def canonical_google(arrays):
-    """Any Google / big_vision layout (flat name -> array) -> the canonical layout above."""
+    """Any Google / big_vision layout (flat name -> array) -> a ``Checkpoint`` in the canonical layout above."""
     prefix = next((p for p in PREFIXES if f"{p}embedding/kernel" in arrays), "")
     if prefix:  # drop optimizer state, text towers and anything else outside the image model
         arrays = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
@@ -103,7 +129,7 @@ def canonical_google(arrays):
             out[name] = value
     if rowless_table:  # big_vision concatenates the class token after adding positions: its table has no row
         add_class_position(out)
-    return out
+    return Checkpoint(out, grid=out.pop(GRID, None))
 
 
 def add_class_position(checkpoint):

@@ -23,11 +23,8 @@ import re
 
 import numpy as np
 
-from .weights_google import POS, as_float32, corrupt_error
+from .weights_google import POS, Checkpoint, as_float32, corrupt_error
 
-# Not a weight: marks a timm position table, which may lack the class-token row; the loader decides on the
-# model's grid (``weights._table_layout``) and drops the mark.
-MAYBE_ROWLESS = "Transformer/posembed_input/timm_table"
 BLOCK = "Transformer/encoderblock_{}/"
 MHA = BLOCK + "MultiHeadDotProductAttention_1/"
 STAGE = r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\."
@@ -107,7 +104,10 @@ def _convert(kind, param, value, num_heads):
 
 
 def canonical_torch(tensors, num_heads):
-    """A timm or Hugging Face ViT state dict -> the canonical Google layout."""
+    """A timm or Hugging Face ViT state dict -> a ``Checkpoint`` in the canonical Google layout.
+
+    A timm position table may lack the class-token row (``Checkpoint.timm_table``): the loader decides on the
+    model's grid (``position.table_layout``)."""
     if any("patch_embeddings.projection" in k for k in tensors):
         modules, whole, timm = HF_MODULES, HF_TENSORS, False
         tensors = {k[len("vit."):] if k.startswith("vit.") else k: v for k, v in tensors.items()}
@@ -135,6 +135,4 @@ def canonical_torch(tensors, num_heads):
                 break
         else:
             out[key] = value  # unknown: reported by the loader as unexpected
-    if timm and POS in out:  # a no_embed_class table has no class row
-        out[MAYBE_ROWLESS] = np.ones((), np.float32)
-    return out
+    return Checkpoint(out, timm_table=timm and POS in out)

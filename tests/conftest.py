@@ -1,0 +1,37 @@
+"""Fixtures shared by several test files: Fashion-MNIST arrays and the app's tiny exported ViTs.
+
+Fashion-MNIST is read by the library's own loader (``vit_keras.data``); ``test_data.py`` tests that reader against
+hand-written IDX files, so the other tests need no reader of their own. Plain helpers that are not fixtures live in
+ordinary modules (``app_models.py``, ``weight_checkpoints.py``): a conftest is not reliably importable by name.
+"""
+
+import pytest
+
+from app_models import shared_models
+from vit_keras.data import load_arrays
+
+
+def read_only(arrays):
+    """(images, labels) that no test can change for the tests after it: writing to them raises."""
+    images, labels, _ = arrays
+    images.setflags(write=False)
+    labels.setflags(write=False)
+    return images, labels
+
+
+@pytest.fixture(scope="session")
+def fashion_train():
+    """All 60,000 Fashion-MNIST training images (uint8 (N, 28, 28, 1)) and labels (int64), read once a run."""
+    return read_only(load_arrays("fashion_mnist", "train"))
+
+
+@pytest.fixture(scope="session")
+def fashion_test():
+    """The 10,000 Fashion-MNIST test images and labels, read once a run."""
+    return read_only(load_arrays("fashion_mnist", "test"))
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """The app's tiny trained ViT as {"keras", "labels", each quantization, "attention": path}, built once a run."""
+    return shared_models(tmp_path_factory)

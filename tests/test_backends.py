@@ -1,0 +1,100 @@
+"""The model library on every Keras backend: the same checkpoints give the same logits under TensorFlow, JAX and
+PyTorch, without TensorFlow imported under the other two, and a .keras file saved under one loads under the others.
+
+Each backend runs tests/backend_worker.py in its own process (Keras picks its backend once per process).
+"""
+
+import functools
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BACKENDS = ("tensorflow", "jax", "torch")
+TOLERANCE = 1e-5  # float32, against TensorFlow's
+REFERENCE_TOLERANCE = 1e-4  # against timm / Hugging Face, as tests/test_weights.py
+
+missing = [b for b in BACKENDS if importlib.util.find_spec(b) is None]
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(bool(missing), reason=f"backend packages not installed: {missing}")]
+
+
+def run_worker(backend, out_dir, *args):
+    env = {**os.environ, "KERAS_BACKEND": backend, "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run([sys.executable, os.path.join(HERE, "backend_worker.py"), str(out_dir), *args],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{backend} worker failed:\n{result.stderr[-4000:]}"
+
+
+@functools.lru_cache(maxsize=1)
+def results(out_dir):
+    """Every backend's results; each loads the .keras files the backends before it saved, and TensorFlow, which
+    goes first, loads the other two's at the end."""
+    for i, backend in enumerate(BACKENDS):
+        run_worker(backend, out_dir, "--load", *[os.path.join(out_dir, f"{b}.keras") for b in BACKENDS[:i]])
+    run_worker("tensorflow", out_dir, "--skip-cases", "--load",
+               *[os.path.join(out_dir, f"{b}.keras") for b in BACKENDS[1:]])
+    loaded = {}
+    for name in (*BACKENDS, "tensorflow_load"):
+        with np.load(os.path.join(out_dir, f"{name}.npz")) as data:
+            loaded[name] = {k: data[k] for k in data.files}
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def computed(tmp_path_factory):
+    return results(str(tmp_path_factory.mktemp("backends")))
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_checkpoints_give_tensorflows_logits(computed, backend):
+    reference, other = computed["tensorflow"], computed[backend]
+    cases = [k for k in reference if k.startswith("logits/")]
+    assert len(cases) == 7
+    for key in cases:
+        diff = float(np.abs(other[key] - reference[key]).max())
+        assert diff <= TOLERANCE, f"{backend} {key}: max abs diff {diff:.2e}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_checkpoints_match_the_reference_implementations(computed, backend):
+    import weight_checkpoints as wc
+
+    with np.load(os.path.join(os.path.dirname(HERE), wc.FIXTURES, "expected.npz")) as expected:
+        for key, logits in computed[backend].items():
+            if not key.startswith("logits/"):
+                continue
+            case = key.split("/", 1)[1]
+            diff = float(np.abs(logits - expected[f"{case}/logits"]).max())
+            assert diff <= REFERENCE_TOLERANCE, f"{backend} {case}: {diff:.2e} from the reference"
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_attention_resize_and_heatmap_agree(computed, backend):
+    reference, other = computed["tensorflow"], computed[backend]
+    keys = [k for k in reference if k.startswith("attention/")] + ["heatmap", "resized"]
+    assert len(keys) == 5  # three blocks' maps, the heatmap, the resized model's logits
+    for key in keys:
+        assert other[key].shape == reference[key].shape, key
+        diff = float(np.abs(other[key] - reference[key]).max())
+        assert diff <= TOLERANCE, f"{backend} {key}: max abs diff {diff:.2e}"
+
+
+def test_keras_files_load_across_backends(computed):
+    reference = computed["jax"]["loaded/tensorflow"]
+    assert np.abs(reference).max() > 0
+    pairs = [("torch", "tensorflow"), ("torch", "jax"),
+             ("tensorflow_load", "jax"), ("tensorflow_load", "torch")]
+    for reader, writer in pairs:
+        diff = float(np.abs(computed[reader][f"loaded/{writer}"] - reference).max())
+        assert diff <= TOLERANCE, f"{writer}.keras read under {reader}: max abs diff {diff:.2e}"
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_tensorflow_is_not_imported(computed, backend):
+    modules = set(computed[backend]["modules"].tolist())
+    assert "tensorflow" not in modules, modules

@@ -1,0 +1,200 @@
+"""A training run's settings: the recipes' defaults and ``TrainConfig``, checked in full when it is made.
+
+``vit_keras.train.train(data, out_dir, **options)`` makes a ``TrainConfig`` from its keywords before any data
+loads or any file is written. ``TrainConfig.record`` is what the run folder's config.json holds: the settings
+that decide the run plus the facts of its data and model, and a rerun whose record is the same resumes it.
+"""
+
+import dataclasses
+import numbers
+import os
+
+from .constants import AUGMENTATIONS, PRECISIONS, STRATEGIES
+from .layers import check_choice, pair
+from .models import MODELS
+from .pipeline import check_crop_scale
+
+BASE_BATCH_SIZE = 512
+
+# The quick recipe: a hybrid ViT whose conv stem (two 3x3 stride-2 convs, Xiao et al. 2021) feeds a 7x7 or 8x8
+# token grid to 3 blocks of width 64, GAP pooling (no class token), tanh GELU. The long recipe is the same design
+# at width 96 and 4 blocks, for longer, with flips and a little drop-path. The values won trials on
+# Fashion-MNIST: docs/benchmarks.md, "Why the recipes' values".
+QUICK = dict(hidden_size=64, num_heads=2, mlp_dim=128, num_layers=3, pooling="gap", class_token=False,
+             gelu_approximate=True, stem="conv")
+RECIPES = {
+    "quick": dict(model=QUICK, epochs=12, batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=0.5,
+                  label_smoothing=0.1, drop_path=0.0, augment="flip", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0),
+    "long": dict(model=dict(QUICK, hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4), epochs=30,
+                 batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1,
+                 drop_path=0.05, augment="flip", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0),
+}
+# The settings a recipe gives a value to when they are left unset (None).
+RECIPE_SETTINGS = ("epochs", "batch_size", "weight_decay", "label_smoothing", "drop_path", "augment", "crop_scale",
+                   "mixup", "cutmix", "warmup_epochs")
+# The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
+RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
+                              "learning_rate")
+# (name, test, what the test asks) for the real-valued hyper-parameters.
+BOUNDS = (("warmup_epochs", lambda v: v >= 0, ">= 0"), ("weight_decay", lambda v: v >= 0, ">= 0"),
+          ("label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"), ("drop_path", lambda v: 0 <= v < 1, "in [0, 1)"),
+          ("mixup", lambda v: v >= 0, ">= 0"), ("cutmix", lambda v: v >= 0, ">= 0"),
+          ("learning_rate", lambda v: v > 0, "> 0"), ("val_fraction", lambda v: 0 < v < 1, "in (0, 1)"))
+VERBOSITIES = ("auto", 0, 1, 2)  # model.fit's
+
+
+def scaled_learning_rate(base_lr, batch_size, base_batch_size=BASE_BATCH_SIZE):
+    """The linear scaling rule: the peak LR grows in proportion to the global batch size."""
+    return base_lr * batch_size / base_batch_size
+
+
+def is_saved_model(weights):
+    """Whether ``weights`` is a .keras model (its own architecture), not a checkpoint for a named one."""
+    return str(weights or "").endswith(".keras")
+
+
+def check_weights(weights, model_name, overrides):
+    """A .keras file brings its own architecture; any other checkpoint needs a named model to load into."""
+    if not weights:
+        return
+    if is_saved_model(weights):
+        if model_name or overrides:
+            raise ValueError(f"`weights`={str(weights)!r} is a saved model with its own architecture; drop "
+                             f"`model_name`/architecture overrides ({model_name or ', '.join(overrides)}) or pass a "
+                             "checkpoint (.npz, .safetensors) with `model_name`.")
+    elif model_name is None:
+        raise ValueError(f"`weights`={str(weights)!r} is a checkpoint for a named model: pass `model_name` (e.g. "
+                         "'vit_ti16'), or a .keras model saved by an earlier run.")
+
+
+def is_count(value):
+    """A positive int (bools are not counts)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything ``train`` needs to know but the output folder; every value is checked when it is made.
+
+    data: "fashion_mnist" | "tfds:NAME" | "folder:PATH".
+    model_name: a named ViT (``vit_keras.MODELS``); None: the recipe's small ViT for the data's size.
+    image_size: the model's input size (default: the data's, or the quick recipe's for it).
+    recipe: the defaults (``RECIPES``) of the hyper-parameters left unset (None), from epochs to warmup_epochs.
+    learning_rate: the peak LR for the global ``batch_size`` (default: the recipe's base LR scaled linearly from
+      batch 512, ``scaled_learning_rate``).
+    drop_path: unset with a saved model as ``weights``: the saved model's own.
+    crop_scale: (min, max) area fraction of the random-resized crops (``augment="crop"`` or "randaugment").
+    weights: a .keras model to fine-tune, or a checkpoint for ``model_name``.
+    limit, data_dir, val_fraction, seed: the data (the first ``limit`` examples of each split; tfds' folder; a
+      folder dataset's held-out fraction; the shuffle, augmentation and initialization seed).
+    backup_every: "epoch" or a number of steps between the backups a rerun resumes from.
+    steps_per_execution: steps per call into TensorFlow on a single device: fewer Python round trips and
+      callback syncs, the same results. Under other strategies it is 1 (Keras 3.15's multi-step loop fails under
+      MirroredStrategy).
+    micro_batches: > 1 computes each batch's gradients as that many concurrent XLA programs on a single device
+      with ``jit_compile`` (``vit_keras.microbatch``; BatchNorm then sees micro-batch statistics).
+    verbose, tensorboard: model.fit's progress display; TensorBoard logs in the run folder.
+    model_overrides: VisionTransformer arguments (e.g. hidden_size, num_layers, patch_size) changing the
+      architecture.
+    """
+
+    data: str
+    model_name: str | None = None
+    image_size: int | tuple | None = None
+    recipe: str = "quick"
+    epochs: int | None = None
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    weight_decay: float | None = None
+    label_smoothing: float | None = None
+    drop_path: float | None = None
+    augment: str | None = None
+    crop_scale: tuple | list | None = None
+    mixup: float | None = None
+    cutmix: float | None = None
+    warmup_epochs: float | None = None
+    precision: str = "float32"
+    strategy: str = "auto"
+    weights: str | None = None
+    seed: int = 0
+    limit: int | None = None
+    data_dir: str | None = None
+    val_fraction: float = 0.1
+    backup_every: int | str = "epoch"
+    jit_compile: bool | str = True
+    steps_per_execution: int = 8
+    micro_batches: int = 2
+    verbose: int | str = "auto"
+    tensorboard: bool = True
+    model_overrides: dict | None = None
+
+    @classmethod
+    def option_names(cls):
+        """The keywords ``train`` takes: every field but ``data``."""
+        return [field.name for field in dataclasses.fields(cls) if field.name != "data"]
+
+    def __post_init__(self):
+        check_choice(self.recipe, "recipe", tuple(RECIPES))
+        check_choice(self.precision, "precision", PRECISIONS)
+        check_choice(self.strategy, "strategy", STRATEGIES)
+        self.fill_from_recipe()
+        self.check_model()
+        self.check_hyper_parameters()
+        self.check_run_options()
+        if self.learning_rate is None:  # once batch_size is known to be a count
+            object.__setattr__(self, "learning_rate",
+                               scaled_learning_rate(RECIPES[self.recipe]["base_lr"], self.batch_size))
+
+    def fill_from_recipe(self):
+        """Unset hyper-parameters take the recipe's values; the crop scale becomes a [min, max] list."""
+        defaults = RECIPES[self.recipe]
+        keep_drop_path = is_saved_model(self.weights)  # a fine-tuned saved model keeps its own unless asked
+        for name in RECIPE_SETTINGS:
+            if getattr(self, name) is None and not (name == "drop_path" and keep_drop_path):
+                object.__setattr__(self, name, defaults[name])
+        object.__setattr__(self, "crop_scale", check_crop_scale(self.crop_scale))
+        if isinstance(self.weights, os.PathLike):
+            object.__setattr__(self, "weights", os.fspath(self.weights))
+
+    def check_model(self):
+        if self.model_name is not None:
+            check_choice(self.model_name, "model_name", tuple(MODELS))
+        if self.image_size is not None:
+            pair(self.image_size, "image_size")
+        if self.model_overrides is not None and not isinstance(self.model_overrides, dict):
+            raise ValueError("`model_overrides` must be a dict of VisionTransformer arguments or None; got "
+                             f"{self.model_overrides!r}.")
+        check_weights(self.weights, self.model_name, self.model_overrides)
+
+    def check_hyper_parameters(self):
+        for name in ("epochs", "batch_size", "steps_per_execution", "micro_batches"):
+            if not is_count(getattr(self, name)):
+                raise ValueError(f"`{name}` must be a positive int; got {getattr(self, name)!r}.")
+        for name, test, bounds in BOUNDS:
+            value = getattr(self, name)
+            if value is None and name in ("drop_path", "learning_rate"):  # the saved model's; the scaled LR
+                continue
+            if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and test(value)):
+                raise ValueError(f"`{name}` must be {bounds}; got {value!r}.")
+        check_choice(self.augment, "augment", AUGMENTATIONS)
+
+    def check_run_options(self):
+        if self.limit is not None and not is_count(self.limit):
+            raise ValueError(f"`limit` must be a positive int or None; got {self.limit!r}.")
+        if not (isinstance(self.seed, numbers.Integral) and not isinstance(self.seed, bool) and self.seed >= 0):
+            raise ValueError(f"`seed` must be an int >= 0; got {self.seed!r}.")
+        if self.backup_every != "epoch" and not is_count(self.backup_every):
+            raise ValueError(f"`backup_every` must be 'epoch' or a positive int (steps); got {self.backup_every!r}.")
+        check_choice(self.jit_compile, "jit_compile", (True, False, "auto"))
+        check_choice(self.verbose, "verbose", VERBOSITIES)
+        check_choice(self.tensorboard, "tensorboard", (True, False))
+
+    def record(self, vit, class_names, steps_per_epoch, micro_batches, replicas, train_examples, val_examples,
+               skipped_images):
+        """The run's config.json: the recorded settings, the model's config (``vit``, whose drop_path is the
+        one trained with), and the facts of the data and of the devices (``micro_batches`` as used)."""
+        settings = {name: getattr(self, name) for name in RECORDED}
+        return dict(settings, model=self.model_name or "vit_quick", drop_path=vit["drop_path"], vit=vit,
+                    class_names=list(class_names), steps_per_epoch=steps_per_epoch, micro_batches=micro_batches,
+                    replicas=replicas, train_examples=train_examples, val_examples=val_examples,
+                    skipped_images=skipped_images)
