@@ -4,8 +4,8 @@ No TensorFlow and no vit_keras here: this is what a device runs. Everything the 
 normalization, image size, channels, input quantization) comes from the file:
 
 - float inputs (float32 / float16 / dynamic-range exports) get (pixel - mean) / std from the
-  normalization metadata (raw 0-255 pixels when a file has none, the project's include_preprocessing
-  convention);
+  normalization metadata, one value or one a channel (raw 0-255 pixels when a file has none, or mean 0,
+  std 1: the graph then normalizes itself, as for a model normalized per channel);
 - uint8 inputs (int8 exports) get raw pixels, as MediaPipe and Android feed them; int8 inputs get the
   normalized value quantized with the tensor's scale and zero point;
 - the image is resized to the input tensor's size and converted to its channel count (1 or 3).
@@ -148,6 +148,13 @@ class Classifier:
             self.info.labels = [f"class {i}" for i in range(self.num_classes)]
         self.mean = np.asarray(self.info.mean if self.info.mean else [0.0], np.float32)
         self.std = np.asarray(self.info.std if self.info.std else [1.0], np.float32)
+        # One value, or one a channel (per-channel metadata from other tools; vit-keras folds those into the graph)
+        for key, values in (("mean", self.mean), ("std", self.std)):
+            if values.ndim != 1 or values.size not in (1, self.channels):
+                raise ValueError(f"{os.path.basename(self.path)}: its normalization {key} has {values.size} values; "
+                                 f"a {self.channels}-channel input takes 1 or {self.channels}")
+        if not np.all(self.std > 0):
+            raise ValueError(f"{os.path.basename(self.path)}: its normalization std must be > 0; got {self.std.tolist()}")
 
     @property
     def name(self):

@@ -13,6 +13,7 @@ COMMANDS = {
     "train": "train",
     "evaluate": "evaluate",
     "export": "export",
+    "export-web": "export_web",
     "verify": "verify",
     "classify": "classify",
     "serve": "serve",

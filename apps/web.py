@@ -13,8 +13,6 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # offline: no teleme
 
 import numpy as np  # noqa: E402
 
-from vit_keras.constants import PIXEL_MEAN, PIXEL_STD  # noqa: E402
-
 from .attention import attention_heatmap, overlay  # noqa: E402
 from .classifier import Classifier  # noqa: E402
 from .examples import bundled_examples  # noqa: E402
@@ -39,17 +37,16 @@ class KerasAttention:
         self.size = tuple(config["image_size"]) if isinstance(config["image_size"], (list, tuple)) else (
             config["image_size"],) * 2
         self.channels = config["channels"]
-        self.raw_pixels = config.get("include_preprocessing", False)
         self.grid = tuple(self.model.get_layer("embedding").grid_size)
 
     def __call__(self, image):
         from PIL import Image
 
         image = image.convert("L" if self.channels == 1 else "RGB").resize(self.size[::-1], Image.BILINEAR)
+        from vit_keras.visualize import model_inputs
+
         pixels = np.asarray(image, np.float32).reshape(1, *self.size, self.channels)
-        if not self.raw_pixels:
-            pixels = (pixels - PIXEL_MEAN) / PIXEL_STD
-        maps = self.model.attention_maps(pixels)
+        maps = self.model.attention_maps(model_inputs(self.model, pixels))  # normalized as the model's config says
         return attention_heatmap([np.stack(maps, axis=1)], self.grid)
 
 

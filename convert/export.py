@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from vit_keras.constants import PIXEL_MEAN, PIXEL_STD, QUANTIZATIONS
+from vit_keras.constants import QUANTIZATIONS
 from vit_keras.validation import check_keywords
 
 from . import metadata as tflite_metadata
@@ -197,7 +197,7 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
     """
     import tensorflow as tf
 
-    from .graph import concrete_function, qkv_scales
+    from .graph import concrete_function, qkv_scales, takes_raw_pixels
 
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
@@ -205,8 +205,8 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
     if quantize == "int8":
         calibration = calibration_images(calibration, model, limit=None)
         scales = qkv_scales(model, calibration)  # int8's fused qkv, its heads' ranges equalized
-    function = concrete_function(model, raw_pixels=quantize == "int8", batch_size=None if dynamic_batch else 1,
-                                 qkv_scales=scales)
+    function = concrete_function(model, raw_pixels=takes_raw_pixels(model, quantize),
+                                 batch_size=None if dynamic_batch else 1, qkv_scales=scales)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = False
@@ -246,11 +246,17 @@ def check_runtime(model_bytes, quantize):
 
 def classifier_metadata(model, labels, quantize, input_dtype, name=None, description=None, version="1",
                         license="Apache-2.0", author="vit-keras"):
-    """The ModelMetadata dict for an image classifier, as MediaPipe's ImageClassifier reads it."""
+    """The ModelMetadata dict for an image classifier, as MediaPipe's ImageClassifier reads it.
+
+    Its NormalizationOptions hold one mean and std (MediaPipe refuses per-channel ones): the model's own
+    where its channels share them, else mean 0, std 1 for the raw pixels the graph normalizes itself."""
+    from vit_keras.normalization import pixel_normalization
+
+    from .graph import takes_raw_pixels
 
     config = model.vit_config
-    raw = np.dtype(input_dtype) == np.uint8
-    mean, std = ([0.0], [1.0]) if raw else ([PIXEL_MEAN], [PIXEL_STD])
+    raw = np.dtype(input_dtype) == np.uint8 or takes_raw_pixels(model, quantize)
+    mean, std = ([0.0], [1.0]) if raw else ([float(v[0])] for v in pixel_normalization(config))
     low, high = ((0.0 - mean[0]) / std[0], (255.0 - mean[0]) / std[0])
     height, width = config["image_size"]
     return {

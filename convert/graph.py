@@ -16,6 +16,10 @@ ops that have fast int8 kernels and need no float islands:
 - Fixed shapes (batch 1 by default), so every reshape is static.
 - An RGB input converted to the model's channels inside the graph, and softmax
   scores as the output, the form Android's image classifiers expect.
+- The input normalization (the model's pixel_mean / pixel_std) left to the runtime where one mean and std
+  describe it (float files), else folded into the graph, which then takes raw pixels: the int8 file's
+  uint8 input, and every file of a model normalized per channel, since MediaPipe's ImageClassifier refuses
+  per-channel normalization metadata (``takes_raw_pixels``).
 """
 
 import collections
@@ -25,12 +29,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vit_keras.constants import LUMA_WEIGHTS, PIXEL_MEAN, PIXEL_STD
+from vit_keras.constants import LUMA_WEIGHTS
 from vit_keras.models import VisionTransformer
+from vit_keras.normalization import is_uniform, normalize, pixel_normalization
 from vit_keras.stems import ResNetV2Stem
 
-# Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: (x - PIXEL_MEAN) / PIXEL_STD.
-# The luma weights, scaled to sum to 1, commute with that normalization.
+# Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: (x - mean) / std per channel
+# (normalization.pixel_normalization). The luma weights, scaled to sum to 1, commute with a 1-channel model's
+# one mean and std.
 RGB_TO_GRAY = np.array(LUMA_WEIGHTS, dtype="float32")
 RGB_TO_GRAY /= RGB_TO_GRAY.sum()
 
@@ -159,11 +165,18 @@ def token_slice(x, start, count=None):
     return tf.slice(x, [0, start, 0], [batch, count, width])
 
 
-def patch_embedding(layer, x):
+def patch_embedding(layer, x, pixel_affine=None):
     """Eq. 1, z0 = [x_class; x_p E] + E_pos, as CONV_2D, RESHAPE, PAD and one ADD: the class token is folded
-    into the position table's first row, so no op depends on the batch size (no SHAPE / BROADCAST_TO)."""
-    x = tf.nn.bias_add(tf.nn.conv2d(x, numpy(layer.kernel), strides=layer.patch_size, padding="VALID"),
-                       numpy(layer.bias))
+    into the position table's first row, so no op depends on the batch size (no SHAPE / BROADCAST_TO).
+
+    pixel_affine: per-channel (scale, shift) of the input normalization x * scale + shift, folded into the
+    kernel and bias. Exact, since the patches neither overlap nor pad; the converter folds only a scalar one."""
+    kernel, bias = numpy(layer.kernel), numpy(layer.bias)
+    if pixel_affine is not None:
+        scale, shift = (np.asarray(v, "float64") for v in pixel_affine)
+        bias = (bias + np.einsum("hwcd,c->d", kernel.astype("float64"), shift)).astype("float32")
+        kernel = (kernel * scale[:, None]).astype("float32")
+    x = tf.nn.bias_add(tf.nn.conv2d(x, kernel, strides=layer.patch_size, padding="VALID"), bias)
     x = tf.reshape(x, (-1, layer.num_patches, layer.hidden_size))
     with tf.init_scope():
         table = layer.position_table()
@@ -230,34 +243,45 @@ def transformer_block(block, z, scales=None, observe=None):
     return tf.add(z, dense(block.fc2, hidden), name="residual")  # named: int8 keeps the residual stream in float
 
 
+def takes_raw_pixels(model, quantize):
+    """Whether the exported file takes raw 0-255 pixels (normalization metadata mean 0, std 1): int8's uint8
+    input, and every file of a model normalized per channel (one mean and std are all the metadata that
+    MediaPipe's ImageClassifier takes). Otherwise the runtime normalizes float inputs from the metadata."""
+    return quantize == "int8" or not is_uniform(model.vit_config)
+
+
 def forward(model, images, raw_pixels, qkv_scales=None, observe=None):
     """Softmax scores for RGB ``images`` (B, H, W, 3).
 
-    raw_pixels=True: images are 0-255 pixels (the int8 graph, whose uint8 input
-    carries them exactly); False: already normalized as (x - 127.5) / 127.5.
+    raw_pixels=True: images are 0-255 pixels, normalized here (``takes_raw_pixels``); False: already
+    normalized as (x - mean) / std with the model's one mean and std.
     qkv_scales: {attention layer path: per-head (alpha, beta)} for the int8 graph's fused qkv.
     """
     x = images
     channels = model.vit_config["channels"]
-    if raw_pixels and model.vit_config.get("stem") and channels == 3:
+    if channels not in (1, 3):
+        raise ValueError(f"`model` has {channels} input channels; export supports models trained on 1 or 3.")
+    mean, std = pixel_normalization(model.vit_config)
+    pixel_affine = None  # the normalization, where the patch embedding folds it in
+    if raw_pixels and channels == 1:
+        x = x * float(1.0 / std[0]) - float(mean[0] / std[0])  # a scalar: the converter folds it into the next conv
+    elif raw_pixels and model.vit_config.get("stem"):
         # A stem's first conv has no bias to absorb the normalization's offset, so a plain x * a - b would stay
         # a float MUL at the input (MUL is one of int8's float ops) and the input could not be uint8. As a
         # 1x1 CONV_2D with a bias it quantizes, like the patch embedding of a plain ViT.
-        x = tf.nn.bias_add(tf.nn.conv2d(x, tf.constant(np.eye(3, dtype="float32").reshape(1, 1, 3, 3) / PIXEL_STD),
-                                        strides=1, padding="VALID"), tf.constant([-PIXEL_MEAN / PIXEL_STD] * 3))
+        x = tf.nn.bias_add(tf.nn.conv2d(x, tf.constant(np.diag(1.0 / std).astype("float32").reshape(1, 1, 3, 3)),
+                                        strides=1, padding="VALID"), tf.constant((-mean / std).astype("float32")))
     elif raw_pixels:
-        x = x * (1.0 / PIXEL_STD) - PIXEL_MEAN / PIXEL_STD
+        pixel_affine = (1.0 / std, -mean / std)
     if channels == 1:
         x = tf.nn.conv2d(x, tf.constant(RGB_TO_GRAY.reshape(1, 1, 3, 1)), strides=1, padding="VALID")
-    elif channels != 3:
-        raise ValueError(f"`model` has {channels} input channels; export supports models trained on 1 or 3.")
     # model.preprocessing is done above, or by the runtime from the normalization metadata
     stem = model.stem
     if isinstance(stem, ResNetV2Stem):
         x = resnet_stem(stem, x)
     elif stem is not None:
         x = stem(x)
-    x = patch_embedding(model.patch_encoder, x)
+    x = patch_embedding(model.patch_encoder, x, pixel_affine)
     for block in model.blocks:
         attn = block.attn
         scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None
@@ -292,8 +316,7 @@ def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None):
 def keras_scores(model, images, batch_size=256):
     """The Keras model's softmax scores for uint8 images in its own channel count."""
     logits = model.predict(np.asarray(images, "float32") if model.vit_config["include_preprocessing"]
-                           else np.asarray(images, "float32") / PIXEL_STD - PIXEL_MEAN / PIXEL_STD,
-                           batch_size=batch_size, verbose=0)
+                           else normalize(images, model.vit_config), batch_size=batch_size, verbose=0)
     logits = logits - logits.max(axis=-1, keepdims=True)
     e = np.exp(logits)
     return e / e.sum(axis=-1, keepdims=True)

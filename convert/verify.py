@@ -151,11 +151,51 @@ def delegation_report(path, threads=2):
             "ops": collections.Counter(d["op_name"] for d in original)}
 
 
+QUANTIZED_TYPES = ("INT8", "UINT8", "INT16", "INT4")  # an op touching these computes in integers
+CONVERSION_OPS = ("QUANTIZE", "DEQUANTIZE")  # between the two: neither
+
+
+def op_precisions(path):
+    """({op: count} computing in float, {op: count} computing in integers) of a .tflite file's graph.
+
+    An op is integer when an input or output tensor is quantized (int8 activations, or a dynamic-range
+    op's int8 weights); QUANTIZE and DEQUANTIZE, the conversions between the two, are in neither."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    with open(path, "rb") as f:
+        model = schema.Model.GetRootAs(f.read(), 0)
+    op_names = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
+    quantized = {getattr(schema.TensorType, name) for name in QUANTIZED_TYPES}
+    precision = {"float": collections.Counter(), "integer": collections.Counter()}
+    for s in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(s)
+        for i in range(graph.OperatorsLength()):
+            op = graph.Operators(i)
+            code = model.OperatorCodes(op.OpcodeIndex())
+            name = op_names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "CUSTOM")
+            if name in CONVERSION_OPS:
+                continue
+            tensors = [int(t) for t in (*op.InputsAsNumpy(), *op.OutputsAsNumpy()) if t >= 0]
+            integer = any(graph.Tensors(t).Type() in quantized for t in tensors)
+            precision["integer" if integer else "float"][name] += 1
+    return dict(precision["float"]), dict(precision["integer"])
+
+
+def float_ops_cell(row):
+    """The table's "ops in float" cell: "all" for a float file, else each float op type and its count."""
+    if not row.get("integer_ops"):
+        return "all"
+    return ", ".join(f"{name} {count}" for name, count in sorted(row["float_ops"].items())) or "none"
+
+
 def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, runtimes=RUNTIMES):
     """One row of the verification table, as a dict."""
     scores = predict(tflite_path, images)
+    float_ops, integer_ops = op_precisions(tflite_path)
     row = {
         "file": os.path.basename(os.fspath(tflite_path)),
+        "float_ops": float_ops,
+        "integer_ops": integer_ops,
         "size_mb": os.path.getsize(tflite_path) / 1e6,
         "agreement": float(np.mean(scores.argmax(-1) == keras_scores.argmax(-1))),
         "accuracy": float(np.mean(scores.argmax(-1) == labels)),
@@ -173,20 +213,20 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
     short = {"interpreter": "Interpreter", "compiled": "CompiledModel"}
     latency_cols = [(f"{r}_{n}t_ms", f"{short[r]} {n}T ms") for r in runtimes for n in threads]
     header = ["file", "size MB"] + [title for _, title in latency_cols] + [
-        "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff"]
+        "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff", "ops in float"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [row["file"], f"{row['size_mb']:.2f}"] + [
             f"{row[key]:.2f}" if key in row else "-" for key, _ in latency_cols] + [
             f"{100 * row['agreement']:.2f}%", f"{100 * row['accuracy']:.2f}% ({100 * row['keras_accuracy']:.2f}%)",
-            f"{row['max_abs_diff']:.4f}"]
+            f"{row['max_abs_diff']:.4f}", float_ops_cell(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2)):
     """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data``."""
-    from vit_keras.data import load_arrays
+    from vit_keras.data import load_dataset
     from vit_keras.pipeline import fit_images
     from vit_keras.runs import data_split
 
@@ -197,10 +237,13 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
         if not os.path.isfile(path):
             raise FileNotFoundError(f"`tflite` file {path!r} does not exist.")
     model = load_vit(keras_path)
-    images, labels, _ = load_arrays(data, split=split, limit=limit, image_size=model.vit_config["image_size"],
-                                    **data_split(keras_path))  # a folder's held-out part, as in training
-    images = fit_images(images, model.vit_config["image_size"], model.vit_config["channels"])
+    dataset = load_dataset(data, split=split, limit=limit, image_size=model.vit_config["image_size"],
+                           **data_split(keras_path, data))  # the training folder's held-out part, else all of it
+    images = fit_images(dataset.images, model.vit_config["image_size"], model.vit_config["channels"])
+    labels = dataset.labels
     reference = keras_scores(model, images)
     rows = [verify(path, reference, labels, images, threads=threads, runs=runs) for path in tflite_paths]
-    return (f"{len(images)} {split} images of {data}; latency at batch 1, median of {runs} runs after warm-up.\n\n"
+    used = f" ({dataset.source})" if dataset.source else ""
+    return (f"{len(images):,} {split} images of {data}{used}; latency at batch 1, median of {runs} runs after "
+            "warm-up.\n\n"
             + format_table(rows, threads, split=split))

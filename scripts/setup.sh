@@ -30,3 +30,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] || [ ! -x .venv/bin/vit-keras 
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$wanted" > "$stamp"
 fi
+
+# The in-browser runtime that `vit-keras export-web` copies into its site: from the npm registry, pinned with its
+# integrity hash in package-lock.json, into node_modules/ (ignored by git). It needs npm (Node 20 here).
+npm_stamp=node_modules/.setup-stamp
+npm_wanted=$(cat package.json package-lock.json | sha256sum)
+if [ "$(cat "$npm_stamp" 2>/dev/null)" != "$npm_wanted" ] \
+    || [ ! -f node_modules/@mediapipe/tasks-vision/wasm/vision_wasm_internal.wasm ]; then
+  command -v npm >/dev/null || { echo "setup.sh: npm is needed for the in-browser runtime (Debian: apt-get install npm)" >&2; exit 1; }
+  npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+  echo "$npm_wanted" > "$npm_stamp"
+fi

@@ -3,7 +3,7 @@
     KERAS_BACKEND=jax python tests/backend_worker.py OUT_DIR [--load A.keras B.keras ...] [--skip-cases]
 
 Writes OUT_DIR/<backend>.npz: the logits of every checkpoint layout in tests/fixtures/weights, the attention maps,
-a resized model's logits, the attention heatmap; OUT_DIR/<backend>.keras, a saved model; and the logits of each
+``vit_keras.predict``'s outputs, a resized model's logits, the attention heatmap; OUT_DIR/<backend>.keras, a saved model; and the logits of each
 ``--load`` file as ``loaded/<file stem>``. Also records which heavy modules were imported (TensorFlow must not be
 under JAX or PyTorch). Used by tests/test_backends.py.
 """
@@ -76,15 +76,16 @@ def main():
         images = wc.images(size, 1)
         maps = model.attention_maps(images)
         results.update({f"attention/{i}": numpy(m) for i, m in enumerate(maps)})
+        results["predict"] = vit_keras.predict(model, np.concatenate([images, images[:1]]), batch_size=2)  # 2 + 1
         results["heatmap"] = np.asarray(visualize.attention_heatmap(model, (images + 1) * 127.5))
         resized = vit_keras.resize_model(model, (96, 80))
         results["resized"] = numpy(resized(wc.images((96, 80), 0)))
+        # Recorded before saving: Keras's own serialization imports TensorFlow whenever it is installed.
+        results["modules"] = np.asarray(sorted({m.split(".")[0] for m in sys.modules} & {"tensorflow", "jax", "torch"}))
         model.save(os.path.join(args.out_dir, f"{backend}.keras"))
     for path in args.load:
         model = vit_keras.load_model(path)
         results[f"loaded/{os.path.splitext(os.path.basename(path))[0]}"] = numpy(model(wc.images(64, 0)))
-    heavy = sorted({m.split(".")[0] for m in sys.modules} & {"tensorflow", "jax", "torch"})
-    results["modules"] = np.asarray(heavy)
     suffix = "_load" if args.skip_cases else ""
     np.savez(os.path.join(args.out_dir, f"{backend}{suffix}.npz"), **results)
 

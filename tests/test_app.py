@@ -239,3 +239,113 @@ def test_attention_heat_map_on_a_rectangular_grid_and_repeated_labels():
         attention_heatmap([rng.random((1, 2, 3, 50, 50))], (8, 6))
     assert top_scores([("crane", 0.5), ("crane", 0.3), ("crane", 0.1)]) == {"crane": 0.5, "crane (2)": 0.3,
                                                                              "crane (3)": 0.1}
+
+
+# ---- a model normalized per channel ----------------------------------------------------------------------
+
+PER_CHANNEL = dict(pixel_mean=(0.4914, 0.4822, 0.4465), pixel_std=(0.247, 0.2435, 0.2616))
+
+
+def per_channel_model(include_preprocessing=True):
+    """A tiny RGB ViT with CIFAR-10's per-channel normalization; its head scaled up so images get distinct top-1s."""
+    import keras
+
+    import vit_keras
+
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model("vit_ti16", image_size=28, patch_size=7, hidden_size=32, num_heads=2, mlp_dim=32,
+                                   num_layers=1, num_classes=5, include_preprocessing=include_preprocessing,
+                                   **PER_CHANNEL)
+    model.head.kernel.assign(np.random.default_rng(0).normal(0, 2.0, model.head.kernel.shape))
+    return model
+
+
+def colour_images(folder, fashion_test, count=30):
+    """Fashion-MNIST test images tinted with random RGB colours, saved as PNG: (folder, uint8 (N, 28, 28, 3))."""
+    images = fashion_test[0][:count].astype("float32")
+    tint = np.random.default_rng(3).uniform(0.3, 1.0, (count, 1, 1, 3))
+    rgb = np.round(images * tint).astype(np.uint8)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, image in enumerate(rgb):
+        Image.fromarray(image, "RGB").save(folder / f"{i:02d}.png")
+    return folder, rgb
+
+
+def test_classifier_reads_a_per_channel_model(tmp_path, fashion_test):
+    """The exported file takes raw pixels (mean 0, std 1) and normalizes per channel itself: the app gives the
+    Keras model's scores in float32, and in int8 the scores LiteRT gives the same raw pixels."""
+    from vit_keras.apps.classifier import Classifier
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.convert.verify import predict
+
+    model = per_channel_model()
+    folder, rgb = colour_images(tmp_path / "images", fashion_test)
+    logits = model.predict(rgb.astype("float32"), verbose=0)
+    assert len(set(logits.argmax(-1))) >= 3  # the images get different answers
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    for mode in ("float32", "int8"):
+        path = tmp_path / f"{mode}.tflite"
+        export_tflite(model, path, quantize=mode, labels=list("abcde"), calibration=np.tile(rgb, (4, 1, 1, 1)),
+                      calibration_size=120)
+        classifier = Classifier(path)
+        assert classifier.mean.tolist() == [0.0] and classifier.std.tolist() == [1.0]
+        tops = [dict(classifier.classify(folder / f"{i:02d}.png", top_k=5).top) for i in range(len(rgb))]
+        scores = np.array([[top[label] for label in "abcde"] for top in tops])
+        if mode == "float32":
+            np.testing.assert_allclose(scores, expected, atol=1e-4)
+        else:  # an untrained model's int8 is coarse; what matters here is that the app feeds it the right input
+            np.testing.assert_allclose(scores, predict(path, rgb), atol=1e-5)
+            assert np.mean(scores.argmax(-1) == logits.argmax(-1)) >= 0.75
+
+
+def test_classifier_applies_per_channel_metadata(tmp_path, fashion_test):
+    """A file from another tool may carry per-channel NormalizationOptions (MediaPipe refuses them; the app
+    takes them): the app normalizes each channel by its own mean and std. A wrong length is refused."""
+    import tensorflow as tf
+
+    from vit_keras.apps.classifier import Classifier
+    from vit_keras.convert.export import classifier_metadata
+    from vit_keras.convert.graph import concrete_function
+    from vit_keras.convert.metadata import populate
+    from vit_keras.normalization import pixel_normalization
+
+    model = per_channel_model()
+    folder, rgb = colour_images(tmp_path / "images", fashion_test, count=10)
+    function = concrete_function(model, raw_pixels=False)  # its input: normalized per channel, by the runtime
+    flatbuffer = tf.lite.TFLiteConverter.from_concrete_functions([function]).convert()
+    mean, std = pixel_normalization(model.vit_config)
+    for values, error in (((mean, std), None), ((mean[:2], std[:2]), "normalization mean has 2 values")):
+        meta = classifier_metadata(model, list("abcde"), "float32", np.float32)
+        meta["subgraph_metadata"][0]["input_tensor_metadata"][0]["process_units"][0]["options"] = {
+            "mean": [float(v) for v in values[0]], "std": [float(v) for v in values[1]]}
+        path = tmp_path / f"{len(values[0])}.tflite"
+        path.write_bytes(populate(flatbuffer, meta, {"labels.txt": b"a\nb\nc\nd\ne\n"}))
+        if error:
+            with pytest.raises(ValueError, match=error):
+                Classifier(path)
+            continue
+        classifier = Classifier(path)
+        scores = [dict(classifier.classify(folder / f"{i:02d}.png", top_k=5).top) for i in range(len(rgb))]
+        logits = model.predict(rgb.astype("float32"), verbose=0)
+        expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+        np.testing.assert_allclose([[s[label] for label in "abcde"] for s in scores], expected, atol=1e-4)
+
+
+def test_web_overlay_normalizes_as_the_model_says(tmp_path, fashion_test):
+    """The web app's attention overlay from a .keras model without a preprocessing layer feeds it per-channel
+    normalized pixels, as explain and inspect do (visualize.model_inputs)."""
+    from vit_keras.apps.attention import attention_heatmap
+    from vit_keras.apps.web import KerasAttention
+
+    model = per_channel_model(include_preprocessing=False)
+    model.save(tmp_path / "model.keras")
+    _, rgb = colour_images(tmp_path / "images", fashion_test, count=1)
+    heat = KerasAttention(tmp_path / "model.keras")(Image.fromarray(rgb[0], "RGB"))
+
+    def overlay_for(inputs):
+        return attention_heatmap([np.stack(model.attention_maps(inputs.astype("float32")), axis=1)], (4, 4))
+
+    by_hand = (rgb / 255.0 - np.array(PER_CHANNEL["pixel_mean"])) / np.array(PER_CHANNEL["pixel_std"])
+    np.testing.assert_allclose(heat, overlay_for(by_hand), atol=1e-4)
+    assert np.abs(heat - overlay_for(rgb / 127.5 - 1.0)).max() > 1e-3  # the normalization is what it depends on

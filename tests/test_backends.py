@@ -16,6 +16,9 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 BACKENDS = ("tensorflow", "jax", "torch")
 TOLERANCE = 1e-5  # float32, against TensorFlow's
+# The hybrid's 26-layer ResNet stem: every backend, and timm's PyTorch reference, land 2.0-2.3e-5 from each other
+# (float32 accumulation order in the convolutions), so the stem's own noise sets this bound.
+HYBRID_TOLERANCE = 5e-5
 REFERENCE_TOLERANCE = 1e-4  # against timm / Hugging Face, as tests/test_weights.py
 
 missing = [b for b in BACKENDS if importlib.util.find_spec(b) is None]
@@ -57,7 +60,8 @@ def test_checkpoints_give_tensorflows_logits(computed, backend):
     assert len(cases) == 7
     for key in cases:
         diff = float(np.abs(other[key] - reference[key]).max())
-        assert diff <= TOLERANCE, f"{backend} {key}: max abs diff {diff:.2e}"
+        bound = HYBRID_TOLERANCE if "hybrid" in key else TOLERANCE
+        assert diff <= bound, f"{backend} {key}: max abs diff {diff:.2e}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -82,6 +86,15 @@ def test_attention_resize_and_heatmap_agree(computed, backend):
         assert other[key].shape == reference[key].shape, key
         diff = float(np.abs(other[key] - reference[key]).max())
         assert diff <= TOLERANCE, f"{backend} {key}: max abs diff {diff:.2e}"
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_predict_gives_tensorflows_outputs(computed, backend):
+    """``vit_keras.predict``: TensorFlow's concurrent micro-batches, the other backends' predict step, batch by batch."""
+    reference, other = computed["tensorflow"]["predict"], computed[backend]["predict"]
+    assert other.shape == reference.shape == (3, 7)
+    diff = float(np.abs(other - reference).max())
+    assert diff <= TOLERANCE, f"{backend} predict: max abs diff {diff:.2e}"
 
 
 def test_keras_files_load_across_backends(computed):

@@ -239,7 +239,7 @@ def test_model_code_imports_no_tensorflow():
     import os
 
     package = os.path.dirname(vit_keras.__file__)
-    neutral = {"layers", "stems", "models", "position"}
+    neutral = {"layers", "stems", "models", "position", "normalization"}
     for name in sorted(neutral):
         tree = ast.parse(open(os.path.join(package, f"{name}.py")).read())
         for node in tree.body:  # module level: what importing the module pulls in
@@ -335,3 +335,173 @@ def test_old_import_paths_of_the_position_helpers():
     assert vit_keras.resize_position_embedding is position.resize_position_embedding
     assert models.resize_position_embedding is position.resize_position_embedding
     np.testing.assert_array_equal(position.resample_matrix(5, 5), np.eye(5))
+
+
+# ---- input normalization (pixel_mean / pixel_std) ----------------------------------------------------------
+
+CIFAR = dict(pixel_mean=(0.4914, 0.4822, 0.4465), pixel_std=(0.247, 0.2435, 0.2616))  # a per-channel normalization
+
+
+def test_default_normalization_is_the_rescaling_of_before():
+    """None (and 0.5 on every channel) builds exactly the layer of earlier versions: Rescaling(1 / 127.5, -1)."""
+    before = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name="preprocessing").get_config()
+    for kwargs in (dict(), dict(pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3), dict(pixel_mean="inception"),
+                   dict(channels=1), dict(channels=1, pixel_mean=(0.5,), pixel_std=(0.5,))):
+        model = tiny(include_preprocessing=True, **kwargs)
+        assert isinstance(model.preprocessing, keras.layers.Rescaling)
+        assert model.preprocessing.get_config() == before, kwargs
+    assert tiny().get_config()["pixel_mean"] is None and tiny().get_config()["pixel_std"] is None
+
+
+def test_per_channel_normalization_equals_normalizing_by_hand():
+    keras.utils.set_random_seed(0)
+    model = tiny(include_preprocessing=True, **CIFAR)
+    plain = tiny(include_preprocessing=False, **CIFAR)
+    plain.set_weights(model.get_weights())  # the Rescaling has no weights: the same list
+    pixels = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+    by_hand = (pixels / 255.0 - np.array(CIFAR["pixel_mean"])) / np.array(CIFAR["pixel_std"])
+    np.testing.assert_allclose(ops.convert_to_numpy(model.preprocessing(pixels)), by_hand, atol=1e-5)
+    np.testing.assert_allclose(model.predict(pixels, verbose=0), plain.predict(by_hand.astype("float32"), verbose=0),
+                               atol=1e-4)
+    default = tiny(include_preprocessing=True)
+    default.set_weights(model.get_weights())  # the normalization is what changes the logits
+    assert np.abs(default.predict(pixels, verbose=0) - model.predict(pixels, verbose=0)).max() > 1e-2
+    # model_inputs (explain, inspect, the web app's overlay) normalizes for the model without the layer
+    np.testing.assert_allclose(vit_keras.visualize.model_inputs(plain, pixels), by_hand, atol=1e-5)
+    np.testing.assert_array_equal(vit_keras.visualize.model_inputs(model, pixels), pixels)
+
+
+def test_per_channel_normalization_saves_loads_and_survives_rebuild(tmp_path):
+    model = tiny(include_preprocessing=True, **CIFAR)
+    pixels = np.random.default_rng(1).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    model.save(tmp_path / "m.keras")
+    restored = vit_keras.load_model(tmp_path / "m.keras")
+    assert restored.get_config()["pixel_mean"] == list(CIFAR["pixel_mean"])
+    assert restored.get_config() == model.get_config()
+    np.testing.assert_array_equal(restored.predict(pixels, verbose=0), model.predict(pixels, verbose=0))
+    for changed in (vit_keras.resize_model(model, 48), model.rebuild(num_classes=3), model.rebuild(drop_path=0.1)):
+        assert changed.preprocessing.get_config() == model.preprocessing.get_config()
+        assert (changed.vit_config["pixel_mean"], changed.vit_config["pixel_std"]) == \
+            (list(CIFAR["pixel_mean"]), list(CIFAR["pixel_std"]))
+    np.testing.assert_allclose(model.rebuild(drop_path=0.1).predict(pixels, verbose=0),
+                               model.predict(pixels, verbose=0), atol=1e-6)
+
+
+def test_a_file_saved_before_the_normalization_options_loads_with_the_same_outputs(tmp_path):
+    """A .keras file whose config has no pixel_mean / pixel_std (saved by an earlier version) loads as before."""
+    import json
+    import zipfile
+
+    model = tiny(include_preprocessing=True)
+    model.save(tmp_path / "new.keras")
+    old = tmp_path / "old.keras"
+    with zipfile.ZipFile(tmp_path / "new.keras") as source, zipfile.ZipFile(old, "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                for key in ("pixel_mean", "pixel_std"):
+                    del config["config"][key]
+                data = json.dumps(config).encode()
+            target.writestr(item, data)
+    restored = vit_keras.load_model(old)
+    pixels = np.random.default_rng(2).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(restored.predict(pixels, verbose=0), model.predict(pixels, verbose=0))
+    assert restored.preprocessing.get_config() == model.preprocessing.get_config()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(pixel_mean=(0.5, 0.5)), r"`pixel_mean` has 2 value\(s\) but the model has `channels`=3"),
+    (dict(channels=1, pixel_std=(0.2, 0.2, 0.2)), r"`pixel_std` has 3 value\(s\) but the model has `channels`=1"),
+    (dict(pixel_std=(0.2, 0.0, 0.2)), r"`pixel_std` values must be in \(0, 1\]: a std must be > 0"),
+    (dict(pixel_std=(0.2, -0.1, 0.2)), r"`pixel_std` values must be in \(0, 1\]"),
+    (dict(pixel_mean=(123.7, 116.3, 103.5)), r"`pixel_mean` values must be in \[0, 1\].*divide by 255"),
+    (dict(pixel_mean=(-0.1, 0.5, 0.5)), r"`pixel_mean` values must be in \[0, 1\]"),
+    (dict(pixel_std=(1.5, 0.5, 0.5)), r"`pixel_std` values must be in \(0, 1\]"),
+    (dict(pixel_mean=(float("nan"), 0.5, 0.5)), r"`pixel_mean` must be 3 value\(s\) in \[0, 1\]"),
+    (dict(pixel_mean=0.5), r"`pixel_mean` must be 3 value\(s\) in \[0, 1\]"),
+    (dict(pixel_mean="imagnet"), r"Unknown `pixel_mean`='imagnet'; valid presets are 'checkpoint', 'inception'"),
+    (dict(pixel_mean="imagenet", pixel_std=(0.5,) * 3), r"`pixel_mean`='imagenet' sets both"),
+    (dict(channels=1, pixel_mean="imagenet"), r"`pixel_mean`='imagenet' has 3 value\(s\) but the model has "
+                                               r"`channels`=1"),
+    (dict(pixel_mean="checkpoint"), r"`pixel_mean`='checkpoint' reads the normalization from `weights`"),
+])
+def test_bad_normalization_is_refused_naming_the_parameter(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny(**kwargs)
+    if "checkpoint" not in kwargs.values():  # VisionTransformer itself checks them too
+        with pytest.raises(ValueError, match=message):
+            vit_keras.VisionTransformer(**{**TINY, **kwargs})
+
+
+def test_presets_give_their_values():
+    model = tiny(pixel_mean="imagenet", include_preprocessing=True)
+    assert model.vit_config["pixel_mean"] == [0.485, 0.456, 0.406]
+    assert model.vit_config["pixel_std"] == [0.229, 0.224, 0.225]
+    assert tiny(channels=1, pixel_std="inception").vit_config["pixel_mean"] == [0.5]
+
+
+# A checkpoint's own normalization: a Hugging Face folder's preprocessor_config.json, a timm folder's config.json.
+WEIGHTS = "tests/fixtures/weights"
+HF_TINY = dict(image_size=32, patch_size=8, hidden_size=64, num_heads=4, mlp_dim=128, num_layers=2, num_classes=10)
+TIMM_TINY = dict(image_size=48, patch_size=16, hidden_size=64, num_heads=2, mlp_dim=128, num_layers=2,
+                 num_classes=6)
+
+
+def checkpoint_folder(folder, fixture, sidecar, content):
+    import json
+    import os
+    import shutil
+
+    folder.mkdir()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shutil.copy(os.path.join(root, WEIGHTS, fixture), folder / "model.safetensors")
+    (folder / sidecar).write_text(json.dumps(content))
+    return folder
+
+
+def test_checkpoint_normalization_from_a_hugging_face_or_timm_folder(tmp_path):
+    from vit_keras.weights import checkpoint_normalization
+
+    hf = checkpoint_folder(tmp_path / "hf", "hf_vit_classifier.safetensors", "preprocessor_config.json",
+                           {"do_normalize": True, "do_rescale": True, "rescale_factor": 1 / 255,
+                            "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]})
+    timm = checkpoint_folder(tmp_path / "timm", "timm_vit.safetensors", "config.json",
+                             {"architecture": "vit_tiny", "pretrained_cfg": {"mean": [0.5, 0.4, 0.3],
+                                                                             "std": [0.2, 0.3, 0.4]}})
+    assert checkpoint_normalization(hf) == ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    assert checkpoint_normalization(hf / "model.safetensors") == checkpoint_normalization(hf)
+    assert checkpoint_normalization(timm) == ([0.5, 0.4, 0.3], [0.2, 0.3, 0.4])
+    model = vit_keras.create_model("vit_ti16", weights=hf, pixel_mean="checkpoint", include_preprocessing=True,
+                                   norm_epsilon=1e-12, **HF_TINY)
+    assert (model.vit_config["pixel_mean"], model.vit_config["pixel_std"]) == checkpoint_normalization(hf)
+    from_file = vit_keras.create_model("vit_ti16", weights=hf / "model.safetensors", norm_epsilon=1e-12, **HF_TINY)
+    for mine, theirs in zip(model.get_weights(), from_file.get_weights()):  # the folder's weights were loaded
+        np.testing.assert_array_equal(mine, theirs)
+    model = vit_keras.create_model("vit_ti16", weights=timm, pixel_mean="checkpoint", **TIMM_TINY)
+    assert model.vit_config["pixel_std"] == [0.2, 0.3, 0.4]
+
+
+def test_checkpoint_normalization_where_the_checkpoint_records_none(tmp_path):
+    import os
+
+    from vit_keras.weights import checkpoint_normalization
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    npz = os.path.join(root, WEIGHTS, "google_augreg.npz")
+    bare = checkpoint_folder(tmp_path / "bare", "timm_vit.safetensors", "README.md", {})
+    assert checkpoint_normalization(npz) is None and checkpoint_normalization(bare / "model.safetensors") is None
+    with pytest.raises(ValueError, match=r"records no input normalization .* pixel_mean='imagenet' for timm"):
+        vit_keras.create_model("vit_ti16", weights=bare, pixel_mean="checkpoint", **TIMM_TINY)
+    # a timm file without its folder: timm's ImageNet default when asked for by name
+    model = vit_keras.create_model("vit_ti16", weights=bare / "model.safetensors", pixel_mean="imagenet", **TIMM_TINY)
+    assert model.vit_config["pixel_mean"] == [0.485, 0.456, 0.406]
+    odd = checkpoint_folder(tmp_path / "odd", "hf_vit_classifier.safetensors", "preprocessor_config.json",
+                            {"image_mean": [0.5] * 3, "image_std": [0.5] * 3, "rescale_factor": 1.0})
+    with pytest.raises(ValueError, match="does not rescale by 1/255"):
+        checkpoint_normalization(odd)
+    plain = checkpoint_folder(tmp_path / "plain", "hf_vit_classifier.safetensors", "preprocessor_config.json",
+                              {"image_mean": [0.5] * 3, "image_std": [0.5] * 3, "do_normalize": False})
+    assert checkpoint_normalization(plain) == ([0.0] * 3, [1.0] * 3)  # pixel / 255 alone
+    with pytest.raises(FileNotFoundError, match="holds no model.safetensors"):
+        vit_keras.create_model("vit_ti16", weights=tmp_path, **TIMM_TINY)

@@ -6,7 +6,14 @@ loading Keras or TensorFlow.
 
 # Training
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
+# The Keras backends vit-keras trains on, and the distribution strategies each has (vit_keras.strategies).
+BACKENDS = ("tensorflow", "jax", "torch")
+BACKEND_STRATEGIES = {
+    "tensorflow": ("auto", "default", "mirrored", "multi_worker", "tpu"),  # tf.distribute
+    "jax": ("auto", "default", "data_parallel"),  # keras.distribution.DataParallel
+    "torch": ("auto", "default"),  # one device: Keras's torch trainer has no distribution
+}
+STRATEGIES = tuple(dict.fromkeys(name for names in BACKEND_STRATEGIES.values() for name in names))  # all of them
 RECIPES = ("quick", "long")  # the hyper-parameter tables are in vit_keras.train_config
 AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
 SPLITS = ("train", "val", "test")
@@ -22,6 +29,13 @@ RUNTIMES = ("interpreter", "compiled")  # LiteRT's Interpreter and CompiledModel
 # The Google checkpoints' input range: (pixel - 127.5) / 127.5 in [-1, 1].
 PIXEL_MEAN = 127.5
 PIXEL_STD = 127.5
+
+# Named input normalizations (create_model's pixel_mean/pixel_std), per RGB channel in [0, 1] units as timm gives
+# them: the Google checkpoints' (PIXEL_MEAN / 255) and timm's IMAGENET_DEFAULT_MEAN / IMAGENET_DEFAULT_STD.
+NORMALIZATIONS = {
+    "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
 
 # ITU-R BT.601 luma weights, as tf.image.rgb_to_grayscale uses them (RGB -> gray).
 LUMA_WEIGHTS = (0.2989, 0.5870, 0.1140)

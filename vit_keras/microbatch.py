@@ -18,7 +18,9 @@ The speed-ups: docs/benchmarks.md, "Concurrent micro-batches".
 """
 
 import keras
-import tensorflow as tf
+
+if keras.backend.backend() == "tensorflow":  # the module is TensorFlow's; elsewhere it only refuses (below)
+    import tensorflow as tf
 
 from .inference import check_micro_batches, predict_function, split_sizes
 
@@ -34,6 +36,10 @@ def enable_micro_batches(model, micro_batches):
     strategies (the replicas already split the batch). Returns the model.
     """
     check_micro_batches(micro_batches)
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(f"enable_micro_batches is TensorFlow's (its inter-op pool runs the micro-batches side by "
+                         f"side); this process runs Keras on {keras.backend.backend()!r}: train with "
+                         "micro_batches=1, or with KERAS_BACKEND=tensorflow.")
     if model.jit_compile:
         raise ValueError("enable_micro_batches needs a model compiled with jit_compile=False (each micro-batch "
                          "is an XLA program of its own).")

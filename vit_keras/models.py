@@ -20,6 +20,7 @@ from keras import ops
 
 from . import stems
 from .constants import POOLINGS, POSITION_EMBEDDINGS
+from .normalization import CHECKPOINT, check_normalization, rescaling_layer
 from .layers import (
     PatchEncoder,
     TokenPooling,
@@ -81,8 +82,10 @@ def list_models():
 class VisionTransformer(keras.Model):
     """A ViT (or hybrid) as a functional model.
 
-    Input: (B, H, W, channels) images normalized as the Google checkpoints expect
-    (pixel / 127.5 - 1), or raw 0-255 pixels when ``include_preprocessing=True``.
+    Input: (B, H, W, channels) images normalized as (pixel / 255 - pixel_mean) / pixel_std per channel
+    (None: the Google checkpoints' 0.5, i.e. pixel / 127.5 - 1), or raw 0-255 pixels when
+    ``include_preprocessing=True`` (the "preprocessing" layer then normalizes them).
+    pixel_mean, pixel_std: ``channels`` values in [0, 1] (timm's units), or a preset name ('imagenet', 'inception').
     Output: logits (B, num_classes), or pooled features (B, D) without the top.
     """
 
@@ -106,6 +109,8 @@ class VisionTransformer(keras.Model):
         representation_size=None,
         include_top=True,
         include_preprocessing=False,
+        pixel_mean=None,
+        pixel_std=None,
         norm_epsilon=1e-6,
         gelu_approximate=False,
         name="vit",
@@ -131,20 +136,21 @@ class VisionTransformer(keras.Model):
             raise ValueError(f"`num_classes` must be >= 1 with include_top=True; got {num_classes}.")
         if class_token is None:
             class_token = pooling == "token"
+        pixel_mean, pixel_std = check_normalization(pixel_mean, pixel_std, int(channels))
         config = dict(
             image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_heads=num_heads,
             mlp_dim=mlp_dim, num_layers=num_layers, num_classes=num_classes, channels=channels,
             pooling=pooling, position_embedding=position_embedding, class_token=class_token, stem=stem,
             dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path,
             representation_size=representation_size, include_top=include_top,
-            include_preprocessing=include_preprocessing, norm_epsilon=norm_epsilon,
-            gelu_approximate=gelu_approximate,
+            include_preprocessing=include_preprocessing, pixel_mean=pixel_mean, pixel_std=pixel_std,
+            norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate,
         )
 
         images = keras.Input((*image_size, channels), name="images")
         x = images
         if include_preprocessing:
-            x = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name=LAYER_NAMES["preprocessing"])(x)
+            x = rescaling_layer(config, LAYER_NAMES["preprocessing"])(x)
         stem_stride = 1
         if stem is not None:
             patch = pair(patch_size, "patch_size")
@@ -200,7 +206,8 @@ class VisionTransformer(keras.Model):
             )
         return super().call(inputs, training=training, mask=mask)
 
-    preprocessing = _part("preprocessing", "The Rescaling of 0-255 pixels (include_preprocessing=True), or None.")
+    preprocessing = _part("preprocessing", "The Rescaling of 0-255 pixels by pixel_mean / pixel_std "
+                                           "(include_preprocessing=True), or None.")
     stem = _part("stem", "The CNN stem (ResNetV2Stem or ConvStem), or None.")
     patch_encoder = _part("patch_encoder", "The PatchEncoder: patch embedding, class token and E_pos (eq. 1).")
     encoder_norm = _part("encoder_norm", "The LayerNormalization after the last block (eq. 4).")
@@ -311,16 +318,24 @@ def create_model(
     weights=None,
     **overrides,
 ):
-    """Build a named ViT, optionally loading ``weights`` (a path or URL to a checkpoint).
+    """Build a named ViT, optionally loading ``weights`` (a path or URL to a checkpoint, or a Hugging Face folder).
 
     ``overrides`` take any ``VisionTransformer`` argument (patch_size, hidden_size,
     num_heads, mlp_dim, num_layers, stem, channels, representation_size,
-    include_preprocessing, attention_dropout, gelu_approximate, ...).
+    include_preprocessing, pixel_mean, pixel_std, attention_dropout, gelu_approximate, ...).
+    ``pixel_mean="checkpoint"`` takes the input normalization the weights record
+    (``weights.checkpoint_normalization``), and refuses weights that record none.
     """
     check_keywords(overrides, VIT_KEYWORDS | set(inspect.signature(create_model).parameters) - {"overrides"},
                    "create_model")
     config = model_config(name, **overrides)
     config.setdefault("name", name)
+    if CHECKPOINT in [config.get(key) for key in ("pixel_mean", "pixel_std") if isinstance(config.get(key), str)]:
+        from .weights_normalization import recorded_normalization
+
+        config["pixel_mean"], config["pixel_std"] = check_normalization(
+            config.get("pixel_mean"), config.get("pixel_std"), int(config.get("channels", 3)),
+            checkpoint=lambda: recorded_normalization(weights))
     model = VisionTransformer(
         image_size=image_size, num_classes=num_classes, pooling=pooling,
         position_embedding=position_embedding, dropout=dropout, drop_path=drop_path,

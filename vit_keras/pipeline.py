@@ -8,7 +8,8 @@ Images are decoded once by ``vit_keras.data``; every step here works on whole
 batches (``tf.image.crop_and_resize`` with per-image random boxes, stateless
 random ops seeded per batch) so a 2-core CPU spends its time in the model, not
 here. Normalization is left to the model (``include_preprocessing=True`` maps
-0..255 to -1..1), so exported models take raw pixels.
+0..255 to -1..1), so exported models take raw pixels. The other Keras backends
+train from ``vit_keras.array_pipeline``: the same steps in NumPy, without TensorFlow.
 """
 
 import os
@@ -17,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .constants import AUGMENTATIONS
+from .array_pipeline import check_arrays, check_crop_scale
 from .layers import pair
 
 # Fixed parallelism instead of tf.data's autotuning: destroying an autotuned iterator, which Keras does
@@ -55,23 +56,8 @@ def make_dataset(
       when both are on, each batch gets one of them at random. They need one_hot=True.
     one_hot: labels as float one-hot vectors (needed by label smoothing and MixUp) or int64.
     """
-    if augment not in AUGMENTATIONS:
-        raise ValueError(f"Unknown `augment`={augment!r}; valid values are {', '.join(map(repr, AUGMENTATIONS))}.")
     crop_scale = check_crop_scale(crop_scale)
-    if (mixup or cutmix) and not one_hot:
-        raise ValueError("`mixup`/`cutmix` mix labels, so they need `one_hot=True`.")
-    images, labels = np.asarray(images), np.asarray(labels, np.int64)
-    if int(num_classes) < 1 or (labels.size and not 0 <= labels.min() <= labels.max() < int(num_classes)):
-        raise ValueError(f"`labels` must be class indices in [0, `num_classes`={num_classes}); got values in "
-                         f"[{labels.min() if labels.size else '-'}, {labels.max() if labels.size else '-'}].")
-    if mixup < 0 or cutmix < 0:
-        raise ValueError(f"`mixup` and `cutmix` must be >= 0 (0 = off); got {mixup} and {cutmix}.")
-    if images.ndim == 3:
-        images = images[..., None]
-    if images.ndim != 4 or len(images) != len(labels):
-        raise ValueError(f"Expected images (N, H, W, C) and labels (N,); got {images.shape} and {labels.shape}.")
-    if int(batch_size) != batch_size or int(batch_size) < 1:
-        raise ValueError(f"`batch_size` must be a positive int; got {batch_size}.")
+    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot)
     size = pair(image_size, "image_size") if image_size is not None else images.shape[1:3]
     channels = int(channels or images.shape[-1])
     augment = augment if training else "none"
@@ -117,14 +103,6 @@ def make_dataset(
     options.autotune.enabled = False
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options).prefetch(PREFETCH_BATCHES)
-
-
-def check_crop_scale(crop_scale):
-    """``crop_scale`` as a [min, max] list of floats, or a clear error."""
-    scale = [float(v) for v in np.ravel(crop_scale)]
-    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
-        raise ValueError(f"`crop_scale` must be (min, max) area fractions with 0 < min <= max <= 1; got {crop_scale}.")
-    return scale
 
 
 def _mixer(mixup, cutmix, seed):

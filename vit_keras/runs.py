@@ -7,6 +7,7 @@
 """
 
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -94,6 +95,9 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
         AtomicCheckpoint(checkpoint),
         keras.callbacks.CSVLogger(os.path.join(work, "history.csv"), append=True),
     ]
+    if tensorboard and importlib.util.find_spec("tensorflow") is None:  # Keras writes its logs with tf.summary
+        print("TensorBoard logs need TensorFlow, which is not installed: this run writes none.")
+        tensorboard = False
     if tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(work, "logs"), update_freq="epoch"))
     # The backup decides where a rerun resumes, so it is written last: a kill before it means the epoch is
@@ -199,11 +203,20 @@ def last_epoch_metrics(history_path):
     return {f"final_{k}": float(v) for k, v in rows[-1].items() if k != "epoch" and v} if rows else {}
 
 
-def data_split(model_path):
-    """{seed, val_fraction} of the run that trained ``model_path`` (its config.json, beside it), or {}: a folder
-    dataset's held-out split is only the same split with the seed and fraction it was trained with."""
+def data_split(model_path, data=None):
+    """How to read ``data`` to evaluate the model at ``model_path``, from its run's config.json (beside it).
+
+    A folder's seeded held-out part is the same only with the seed and fraction it was trained with: {seed,
+    val_fraction}. A folder the run was not trained on is read whole ({whole_folder: True}): its every image is unseen.
+    Without ``data``, the recorded split of the training data.
+    """
     config = read_json(os.path.join(os.path.dirname(os.path.abspath(model_path)), "config.json"))
-    return {key: config[key] for key in ("seed", "val_fraction") if key in config}
+    split = {key: config[key] for key in ("seed", "val_fraction") if key in config}
+    if data is None or not str(data).startswith("folder:"):
+        return split
+    trained = str(config.get("data", ""))
+    same = trained.startswith("folder:") and os.path.realpath(trained[7:]) == os.path.realpath(str(data)[7:])
+    return split if same else {"whole_folder": True}
 
 
 def read_json(path):

@@ -1,4 +1,4 @@
-"""Training: the paper's recipe with ``model.fit``, mixed precision, tf.distribute, resumable runs.
+"""Training: the paper's recipe with ``model.fit``, mixed precision, several devices, resumable runs; on any backend.
 
 Recipe (Dosovitskiy et al. 2020, Appendix B; DeiT for the small-data regularizers):
   AdamW (no weight decay on norms, biases, position embedding, cls token), linear warmup
@@ -12,21 +12,26 @@ Mixed precision: the policy is global (``keras.mixed_precision``); LayerNorm com
 float32 (``ops.layer_normalization`` upcasts), attention's softmax runs in float32 (the
 core's MultiHeadSelfAttention) and the head is a float32 layer, so logits and loss are float32.
 mixed_float16 wraps the optimizer in ``keras.optimizers.LossScaleOptimizer``.
+
+Backends (``KERAS_BACKEND``): TensorFlow feeds ``fit`` from the tf.data pipeline (``vit_keras.pipeline``) and
+distributes with tf.distribute; JAX and PyTorch from the NumPy one (``vit_keras.array_pipeline``), JAX over
+every device with ``keras.distribution.DataParallel`` (``vit_keras.strategies``). Concurrent micro-batches
+(``vit_keras.microbatch``) are TensorFlow's; on the others a step is one program. ``jit_compile`` is XLA on
+TensorFlow and JAX; the torch backend runs eagerly (no torch.compile).
 """
 
 import math
-import os
 import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from .constants import PRECISIONS, STRATEGIES
+from . import strategies
+from .constants import PRECISIONS
 from .layers import check_choice, pair, register
-from .microbatch import enable_micro_batches
 from .runs import NonFiniteLoss  # noqa: F401  (re-exported: callers catch it from here)
 from .train_config import RECIPES, TrainConfig, check_weights, is_saved_model
+from .strategies import get_strategy, worker_role  # noqa: F401  (re-exported: train's choice of devices)
 from .train_config import scaled_learning_rate  # noqa: F401  (re-exported: the recipe's rule, documented here)
 from .validation import check_keywords
 
@@ -47,11 +52,12 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
         self.total_steps, self.warmup_steps = int(total_steps), int(warmup_steps)
 
     def __call__(self, step):
-        step = tf.cast(step, tf.float32)
+        ops = keras.ops
+        step = ops.cast(step, "float32")
         warmup = self.peak * step / max(self.warmup_steps, 1)
-        progress = tf.clip_by_value((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
-        cosine = self.end + 0.5 * (self.peak - self.end) * (1.0 + tf.cos(math.pi * progress))
-        return tf.where(step < self.warmup_steps, warmup, cosine)
+        progress = ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
+        cosine = self.end + 0.5 * (self.peak - self.end) * (1.0 + ops.cos(math.pi * progress))
+        return ops.where(step < self.warmup_steps, warmup, cosine)
 
     def get_config(self):
         return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, end=self.end)
@@ -71,59 +77,6 @@ def set_precision(precision):
     """Set the global Keras dtype policy; call before building the model."""
     check_choice(precision, "precision", PRECISIONS)
     keras.mixed_precision.set_global_policy(precision)
-
-
-def get_strategy(name="auto"):
-    """A tf.distribute strategy by name.
-
-    auto: TPUStrategy when a TPU is found, MirroredStrategy with > 1 GPU, else the default.
-    multi_worker: MultiWorkerMirroredStrategy; the cluster comes from the TF_CONFIG variable.
-    tpu: TPUStrategy on the TPU named by TPU_NAME (empty: the local / Cloud TPU VM).
-    """
-    check_choice(name, "strategy", STRATEGIES)
-    if name == "auto":
-        if _tpu_present():
-            name = "tpu"
-        elif len(tf.config.list_logical_devices("GPU")) > 1:
-            name = "mirrored"
-        else:
-            name = "default"
-    if name == "default":
-        return tf.distribute.get_strategy()
-    if name == "mirrored":
-        # Without GPUs, mirror over the logical CPU devices (one replica unless they were split).
-        gpus = tf.config.list_logical_devices("GPU")
-        return tf.distribute.MirroredStrategy(None if gpus else [d.name for d in tf.config.list_logical_devices("CPU")])
-    if name == "multi_worker":
-        if "TF_CONFIG" not in os.environ:
-            raise ValueError("`strategy`='multi_worker' needs the TF_CONFIG environment variable (cluster and task).")
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", ""))
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    return tf.distribute.TPUStrategy(resolver)
-
-
-def _tpu_present():
-    # Cheap checks first: a TPU VM exposes /dev/accel* or /dev/vfio; Cloud TPU nodes set TPU_NAME.
-    if not (os.environ.get("TPU_NAME") or os.path.exists("/dev/accel0") or os.path.isdir("/dev/vfio")):
-        return False
-    try:
-        tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", ""))
-        return True
-    except (ValueError, tf.errors.NotFoundError):
-        return False
-
-
-def worker_role(strategy):
-    """(is_chief, task name): only the chief writes the run's files; other workers keep their own backups."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return True, "chief"
-    task_type, task_id = resolver.task_type, resolver.task_id
-    chief = task_type in (None, "chief") or (task_type == "worker" and task_id == 0 and
-                                             "chief" not in resolver.cluster_spec().as_dict())
-    return chief, f"{task_type}-{task_id}"
 
 
 def compile_model(model, schedule, precision="float32", weight_decay=0.05, label_smoothing=0.1, clipnorm=1.0,
@@ -221,18 +174,19 @@ def train_with_config(config, out_dir):
     from . import runs
 
     set_precision(config.precision)
-    dist = get_strategy(config.strategy)  # before other TF work: multi-worker needs a fresh context
+    dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
+    strategies.check_batch_size(config.batch_size, dist)
     train_data, val_data = load_splits(config)
-    with dist.scope():
+    with strategies.scope(dist):
         model, steps_per_epoch, micro = build_for_fit(config, train_data, dist)
     record = config.record(model.get_config(), train_data.class_names, steps_per_epoch, micro,
-                           dist.num_replicas_in_sync, len(train_data.images), len(val_data.images),
+                           strategies.replica_count(dist), len(train_data.images), len(val_data.images),
                            len(train_data.skipped) + len(val_data.skipped))
     chief, task = worker_role(dist)
     finished = runs.start_run(out_dir, record, chief)
     if finished:
         return finished
-    seconds = fit(model, config, out_dir, train_data, val_data, worker=None if chief else task)
+    seconds = fit(model, config, out_dir, train_data, val_data, worker=None if chief else task, dist=dist)
     return runs.finish_run(out_dir, model, record, seconds, chief)
 
 
@@ -257,36 +211,58 @@ def build_for_fit(config, train_data, dist):
                          "training images; use a smaller batch size.")
     total = steps_per_epoch * config.epochs
     schedule = WarmupCosine(config.learning_rate, total, min(int(steps_per_epoch * config.warmup_epochs), total))
-    single_device = not tf.distribute.has_strategy()
-    micro = config.micro_batches if single_device and config.jit_compile else 1
+    single_device = not strategies.is_distributed(dist)
+    tensorflow = keras.backend.backend() == "tensorflow"
+    micro = config.micro_batches if tensorflow and single_device and config.jit_compile else 1
+    jit_compile = config.jit_compile and micro == 1 and keras.backend.backend() != "torch"
     compile_model(model, schedule, config.precision, config.weight_decay, config.label_smoothing,
-                  jit_compile=config.jit_compile and micro == 1,
-                  steps_per_execution=config.steps_per_execution if single_device else 1)
+                  jit_compile=jit_compile,
+                  steps_per_execution=config.steps_per_execution if single_device or not tensorflow else 1)
     if micro > 1:
+        from .microbatch import enable_micro_batches
+
         enable_micro_batches(model, micro)
-    if isinstance(dist, tf.distribute.MultiWorkerMirroredStrategy):
+    if strategies.is_tf_multi_worker(dist):
         _prebuild(model, config.batch_size, num_classes)
     return model, steps_per_epoch, micro
 
 
-def fit(model, config, out_dir, train_data, val_data, worker=None):
-    """``model.fit`` with the run folder's callbacks (``worker``: a non-chief task's name); returns its seconds."""
+def fit(model, config, out_dir, train_data, val_data, worker=None, dist=None):
+    """``model.fit`` with the run folder's callbacks (``worker``: a non-chief task's name) on ``dist`` (a strategy
+    of ``vit_keras.strategies``); returns its seconds."""
     from . import runs
-    from .pipeline import make_dataset
 
-    vit = model.get_config()
-    pipeline = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
-                    seed=config.seed)
-    train_ds = make_dataset(train_data.images, train_data.labels, batch_size=config.batch_size, training=True,
-                            augment=config.augment, crop_scale=config.crop_scale, mixup=config.mixup,
-                            cutmix=config.cutmix, **pipeline)
-    val_ds = make_dataset(val_data.images, val_data.labels, batch_size=config.batch_size, **pipeline)
+    train_ds, val_ds = input_pipelines(model.get_config(), config, train_data, val_data, dist)
     callbacks = runs.make_callbacks(out_dir, config.batch_size, worker, config.backup_every,
                                     config.tensorboard and worker is None)
     start = time.perf_counter()
-    model.fit(train_ds, validation_data=val_ds, epochs=config.epochs, callbacks=callbacks, verbose=config.verbose,
-              shuffle=False)  # the pipeline shuffles, seeded
+    with strategies.fit_scope(dist):
+        model.fit(train_ds, validation_data=val_ds, epochs=config.epochs, callbacks=callbacks,
+                  verbose=config.verbose, shuffle=False)  # the pipeline shuffles, seeded
     return time.perf_counter() - start
+
+
+def input_pipelines(vit, config, train_data, val_data, dist=None):
+    """(training, validation) batches at the model's input: tf.data under TensorFlow, else NumPy batches (each
+    process its rows of every global batch). DataParallel needs every batch split evenly over its devices, so
+    the validation set ends at a multiple of the device count (fewer than that many images are left out)."""
+    options = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
+                   seed=config.seed, batch_size=config.batch_size)
+    augment = dict(augment=config.augment, crop_scale=config.crop_scale, mixup=config.mixup, cutmix=config.cutmix)
+    if keras.backend.backend() == "tensorflow":
+        from .pipeline import make_dataset
+
+        return (make_dataset(train_data.images, train_data.labels, training=True, **augment, **options),
+                make_dataset(val_data.images, val_data.labels, **options))
+    from .array_pipeline import make_batches
+
+    shard = strategies.process_shard(dist)
+    val_images, val_labels = val_data.images, val_data.labels
+    if strategies.is_distributed(dist):
+        count = len(val_images) - len(val_images) % config.batch_size % strategies.replica_count(dist)
+        val_images, val_labels = val_images[:count], val_labels[:count]
+    return (make_batches(train_data.images, train_data.labels, training=True, shard=shard, **augment, **options),
+            make_batches(val_images, val_labels, shard=shard, **options))
 
 
 def _prebuild(model, batch_size, num_classes):
@@ -302,4 +278,4 @@ def _prebuild(model, batch_size, num_classes):
     model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
     for name in ("train_step", "test_step"):
         step = getattr(model, name)
-        setattr(model, name, lambda data, step=step: {k: tf.reshape(v, [1]) for k, v in step(data).items()})
+        setattr(model, name, lambda data, step=step: {k: keras.ops.reshape(v, [1]) for k, v in step(data).items()})

@@ -9,10 +9,11 @@ import dataclasses
 import numbers
 import os
 
-from .constants import AUGMENTATIONS, PRECISIONS, STRATEGIES
+from .array_pipeline import check_crop_scale
+from .backends import check_strategy
+from .constants import AUGMENTATIONS, PRECISIONS
 from .layers import check_choice, pair
 from .models import MODELS
-from .pipeline import check_crop_scale
 
 BASE_BATCH_SIZE = 512
 
@@ -88,11 +89,13 @@ class TrainConfig:
     limit, data_dir, val_fraction, seed: the data (the first ``limit`` examples of each split; tfds' folder; a
       folder dataset's held-out fraction; the shuffle, augmentation and initialization seed).
     backup_every: "epoch" or a number of steps between the backups a rerun resumes from.
-    steps_per_execution: steps per call into TensorFlow on a single device: fewer Python round trips and
-      callback syncs, the same results. Under other strategies it is 1 (Keras 3.15's multi-step loop fails under
+    strategy: one of the Keras backend's (``vit_keras.constants.BACKEND_STRATEGIES``; ``vit_keras.strategies``).
+    steps_per_execution: steps per call into the backend's compiled step: fewer Python round trips and callback
+      syncs, the same results. Under tf.distribute strategies it is 1 (Keras 3.15's multi-step loop fails under
       MirroredStrategy).
     micro_batches: > 1 computes each batch's gradients as that many concurrent XLA programs on a single device
-      with ``jit_compile`` (``vit_keras.microbatch``; BatchNorm then sees micro-batch statistics).
+      with ``jit_compile`` under TensorFlow (``vit_keras.microbatch``; BatchNorm then sees micro-batch
+      statistics); other backends run one program per step.
     verbose, tensorboard: model.fit's progress display; TensorBoard logs in the run folder.
     model_overrides: VisionTransformer arguments (e.g. hidden_size, num_layers, patch_size) changing the
       architecture.
@@ -136,7 +139,7 @@ class TrainConfig:
     def __post_init__(self):
         check_choice(self.recipe, "recipe", tuple(RECIPES))
         check_choice(self.precision, "precision", PRECISIONS)
-        check_choice(self.strategy, "strategy", STRATEGIES)
+        check_strategy(self.strategy)  # the choices of this process's Keras backend
         self.fill_from_recipe()
         self.check_model()
         self.check_hyper_parameters()

@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from .constants import LUMA_WEIGHTS, PIXEL_MEAN, PIXEL_STD
+from .constants import LUMA_WEIGHTS
 from .files import atomic_path
 
 
@@ -49,7 +49,9 @@ def model_inputs(model, images, pixels=True):
         raise ValueError(f"`images` must have shape (N, {', '.join(map(str, expected))}); got {images.shape}. "
                          "Use `load_image` to resize a file to the model's input.")
     if pixels and getattr(model, "preprocessing", None) is None:
-        images = (images - PIXEL_MEAN) / PIXEL_STD  # the model expects the checkpoints' [-1, 1] range
+        from .normalization import normalize
+
+        images = normalize(images, model.vit_config)  # its pixel_mean / pixel_std (default: the [-1, 1] range)
     return images
 
 

@@ -2,6 +2,8 @@
 
     load_weights(model, "ViT-B_16.npz")                   # Google / AugReg / hybrid / big_vision .npz
     load_weights(model, "model.safetensors")              # timm or Hugging Face ViT
+    load_weights(model, "vit-base-patch16-224/")           # a Hugging Face / timm folder: its model.safetensors
+    checkpoint_normalization("vit-base-patch16-224/")      # the (mean, std) the folder records, or None
     load_weights(model, "https://.../x.npz#sha256=...")   # downloaded once into the cache
     save_npz(model, "mine.npz")                           # the original Google layout
 
@@ -35,6 +37,7 @@ from .models import VisionTransformer
 from .position import resize_axis_embedding, resize_position_embedding, table_layout
 from .weights_fetch import resolve
 from .weights_google import GRID, PICKLE_HINT, POS, Checkpoint, add_class_position, canonical_google, read_npz
+from .weights_normalization import checkpoint_normalization  # noqa: F401  (public here, beside load_weights)
 from .weights_torch import canonical_torch, read_safetensors
 
 log = logging.getLogger("vit_keras.weights")

@@ -20,6 +20,7 @@ import urllib.request
 from .files import atomic_path
 
 CACHE_ENV = "VIT_KERAS_CACHE"
+FOLDER_WEIGHTS = "model.safetensors"  # the weights file of a Hugging Face or timm folder
 CHUNK = 1 << 20
 
 
@@ -78,11 +79,16 @@ def file_sha256(path):
 
 
 def resolve(weights, cache_dir=None, sha256=None, timeout=60):
-    """A local file path for ``weights`` (a path or URL), downloading and verifying as needed."""
+    """A local file path for ``weights`` (a path, a folder holding model.safetensors, or a URL), downloading and
+    verifying as needed."""
     if not isinstance(weights, (str, os.PathLike)):
         raise ValueError(f"`weights` must be a file path or an http(s) URL; got {type(weights).__name__}.")
     if not is_url(weights):
         path = os.fspath(weights)
+        if os.path.isdir(path):  # a Hugging Face or timm folder
+            path = os.path.join(path, FOLDER_WEIGHTS)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"`weights` folder {os.fspath(weights)!r} holds no {FOLDER_WEIGHTS}.")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"Weights file not found: {path}")
         if sha256:

@@ -11,7 +11,8 @@ def add_arguments(parser):
     parser.add_argument("model", help="a trained model, e.g. runs/fashion_mnist/model.keras")
     parser.add_argument("--data", default="fashion_mnist", help="fashion_mnist | tfds:NAME | folder:PATH")
     parser.add_argument("--split", choices=SPLITS, default="test",
-                        help="split to evaluate (a folder's test split is its seeded held-out part)")
+                        help="split to evaluate: a folder of train/ + test/ folders gives its test/; the folder the "
+                             "model was trained on, its seeded held-out part; any other folder, all of it")
     parser.add_argument("--confusion", default=None, help="write the confusion matrix as this PNG")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N images")
@@ -36,11 +37,12 @@ def run(args):
     from vit_keras.visualize import plot_confusion_matrix
 
     model = load_model(args.model)
-    trained = data_split(args.model)
+    trained = data_split(args.model, args.data)
     seed = args.seed if args.seed is not None else trained.get("seed", 0)
     val_fraction = args.val_fraction if args.val_fraction is not None else trained.get("val_fraction", 0.1)
+    whole = trained.get("whole_folder", False) and args.seed is None and args.val_fraction is None
     data = load_dataset(args.data, args.split, limit=args.limit, seed=seed, data_dir=args.data_dir,
-                        val_fraction=val_fraction, image_size=model.input_shape[1:3])
+                        val_fraction=val_fraction, image_size=model.input_shape[1:3], whole_folder=whole)
     labels_path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "labels.txt")
     if os.path.exists(labels_path):
         with open(labels_path) as f:
@@ -48,7 +50,8 @@ def run(args):
         if names != data.class_names:
             print(f"warning: {labels_path} lists classes {names[:4]}... but the data has {data.class_names[:4]}...")
     result = evaluate_arrays(model, data.images, data.labels, data.class_names, batch_size=args.batch_size)
-    print(f"{args.model} on {args.data} ({args.split})")
+    print(f"{args.model} on {args.data} ({args.split}): {len(data.labels):,} images"
+          + (f", {data.source}" if data.source else ""))
     if data.skipped:
         print(f"skipped {len(data.skipped)} unreadable image(s)")
     print(format_report(result))

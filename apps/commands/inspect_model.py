@@ -1,10 +1,10 @@
 """`vit-keras inspect MODEL.keras --out DIR`: the paper's Fig. 7 for your model.
 
 Writes attention_distance.png (mean attention distance per head against depth, over
-sample images), position_similarity.png (cosine similarity of the position embeddings)
-and embedding_filters.png (principal components of the patch-embedding filters), plus
-inspect.json with the numbers. A figure that does not apply (no position embedding, a
-hybrid's 1x1 patches) is skipped with a note.
+sample images normalized by the model's pixel_mean / pixel_std), position_similarity.png
+(cosine similarity of the position embeddings) and embedding_filters.png (principal components
+of the patch-embedding filters), plus inspect.json with the numbers and the input normalization.
+A figure that does not apply (no position embedding, a hybrid's 1x1 patches) is skipped with a note.
 """
 
 import json
@@ -47,11 +47,15 @@ def run(args):
     from vit_keras import visualize
     from vit_keras.files import write_text
     from vit_keras.models import load_model
+    from vit_keras.normalization import describe, pixel_normalization
 
     model = load_model(args.model)
     os.makedirs(args.out, exist_ok=True)
-    summary = {}
-    images = sample_images(args, model)
+    mean, std = (values / 255.0 for values in pixel_normalization(model.vit_config))
+    summary = {"input_normalization": {"mean": mean.round(6).tolist(), "std": std.round(6).tolist()}}
+    where = "by the model" if model.preprocessing is not None else "here, before the model"
+    print(f"input normalization: {describe(model.vit_config)}, applied {where}")
+    images = sample_images(args, model)  # 0-255 pixels, normalized as above by visualize.model_inputs
     distance = visualize.attention_distance(model, images)
     summary["attention_distance_px"] = distance.round(3).tolist()
     path = visualize.plot_attention_distance(distance, os.path.join(args.out, "attention_distance.png"))

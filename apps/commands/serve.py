@@ -1,4 +1,5 @@
-"""`vit-keras serve MODEL.tflite [--host 127.0.0.1] [--port 7860]`: the browser demo (Gradio, offline)."""
+"""`vit-keras serve MODEL.tflite [--host 127.0.0.1] [--port 7860] [--in-browser]`: the browser demo (Gradio, offline),
+or with --in-browser the static site of `vit-keras export-web`, where the model runs in the visitor's browser."""
 
 import argparse
 
@@ -22,12 +23,22 @@ def add_arguments(parser):
                                                       ".tflite has no attention output (loads TensorFlow)")
     parser.add_argument("--top-k", type=positive_int, default=5, help="labels shown (default 5)")
     parser.add_argument("--workers", type=positive_int, default=2, help="concurrent inferences (default 2)")
+    parser.add_argument("--in-browser", action="store_true", help="serve `vit-keras export-web`'s static site "
+                                                                  "instead: the model runs in the browser")
     add_runtime_arguments(parser)
 
 
 def run(args):
     import os
 
+    if args.in_browser:
+        if args.keras:
+            raise ValueError("--keras draws the attention overlay on the Gradio page; --in-browser serves a static "
+                             "site that has none")
+        from vit_keras.apps.web_export import serve_site
+
+        serve_site(args.model, host=args.host, port=args.port, top_k=args.top_k)
+        return 0
     from vit_keras.apps.web import serve
 
     if args.keras and not os.path.isfile(args.keras):

@@ -4,7 +4,7 @@ import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
-from vit_keras.constants import AUGMENTATIONS, PRECISIONS, RECIPES, STRATEGIES
+from vit_keras.constants import AUGMENTATIONS, BACKEND_STRATEGIES, PRECISIONS, RECIPES, STRATEGIES
 
 OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
@@ -36,7 +36,9 @@ def add_arguments(parser):
     parser.add_argument("--mixup", type=float, default=None, help="MixUp alpha (0: off)")
     parser.add_argument("--cutmix", type=float, default=None, help="CutMix factor (0: off)")
     parser.add_argument("--precision", choices=PRECISIONS, default="float32")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="auto")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="auto",
+                        help="devices: " + "; ".join(f"KERAS_BACKEND={backend}: {', '.join(names)}"
+                                                     for backend, names in BACKEND_STRATEGIES.items()))
     parser.add_argument("--weights", default=None,
                         help="start from these weights: a .keras model (fine-tune; new head if the classes differ) "
                              "or a checkpoint that `create_model(weights=...)` reads")
@@ -56,7 +58,10 @@ def add_arguments(parser):
 
 
 def check_args(args):
-    """Early, clear errors for values argparse cannot check."""
+    """Early, clear errors for values argparse cannot check (the Keras backend's among them)."""
+    from vit_keras.backends import check_backend, check_strategy
+
+    check_strategy(args.strategy, check_backend(), name="--strategy")
     for name in ("epochs", "batch_size", "image_size", "limit", "backup_every", "steps_per_execution",
                  "micro_batches", *OVERRIDES):
         value = getattr(args, name)

@@ -1,0 +1,149 @@
+"""Our default recipe against a small CNN trained for the same wall-clock time (prints figures; not a test).
+
+  python benchmarks/versus_cnn.py --data fashion_mnist
+  python benchmarks/versus_cnn.py --make-folders /tmp/vs_cnn        # the folders below, from offline data
+  python benchmarks/versus_cnn.py --data folder:/tmp/vs_cnn/fmnist_600
+  python benchmarks/versus_cnn.py --data folder:/tmp/vs_cnn/digits
+
+The ViT is `vit-keras train --data SPEC` with no other flags (`vit_keras.train.train(spec, out)`), timed from the
+call to its return (loading, building, compiling and fitting). The CNN then trains on the same arrays for that
+many seconds, whole epochs, stopping at the first epoch end past the budget (so it gets at least the ViT's time):
+
+    Conv 3x3 x32, ReLU, MaxPool 2 -> Conv 3x3 x64, ReLU, MaxPool 2 -> Dropout 0.5 -> Flatten -> Dense(classes)
+
+Adam (1e-3), batch 128, pixels / 255, no augmentation: the classic Keras MNIST example (~35k parameters at 28x28).
+Both are evaluated on the same test split: Fashion-MNIST's test set, a folder's test/ folder. Load average is
+printed before and after; a load above the core count means the figures were measured under contention.
+--make-folders writes, in the train/ + test/ layout: fmnist_600 and fmnist_100 (600 and 100 Fashion-MNIST
+training images a class; test/ = 100 test images a class) and digits (scikit-learn's 8x8 digits upscaled to 28x28,
+bilinear; 80/20 seeded split).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def cnn(input_shape, num_classes):
+    import keras
+
+    return keras.Sequential([
+        keras.Input(input_shape),
+        keras.layers.Rescaling(1 / 255),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Dropout(0.5),
+        keras.layers.Flatten(),
+        keras.layers.Dense(num_classes),
+    ])
+
+
+def train_cnn(train, test, seconds, seed=0):
+    """The CNN trained for whole epochs until ``seconds`` have passed; (test accuracy, seconds, epochs, params)."""
+    import keras
+
+    class TimeBudget(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            if time.perf_counter() - self.start >= seconds:
+                self.model.stop_training = True
+
+    keras.utils.set_random_seed(seed)
+    model = cnn(train.images.shape[1:], train.num_classes)
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    start = time.perf_counter()
+    history = model.fit(train.images.astype("float32"), train.labels, batch_size=128, epochs=10_000,
+                        callbacks=[TimeBudget()], verbose=0)
+    elapsed = time.perf_counter() - start
+    accuracy = float(np.mean(model.predict(test.images.astype("float32"), verbose=0).argmax(-1) == test.labels))
+    return accuracy, elapsed, len(history.history["loss"]), model.count_params()
+
+
+def train_vit(spec):
+    from vit_keras import train
+    from vit_keras.models import load_model
+
+    out = tempfile.mkdtemp(prefix="vs_cnn_vit_")  # fresh: a finished run's folder would return at once
+    start = time.perf_counter()
+    record = train.train(spec, out)
+    elapsed = time.perf_counter() - start
+    model = load_model(os.path.join(out, "model.keras"))
+    return model, record, elapsed
+
+
+def compare(spec):
+    from vit_keras.data import load_dataset
+    from vit_keras.evaluation import evaluate_arrays
+
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+    model, record, vit_seconds = train_vit(spec)
+    test = load_dataset(spec, "test", image_size=model.input_shape[1:3])
+    vit_accuracy = evaluate_arrays(model, test.images, test.labels, test.class_names)["accuracy"]
+    train = load_dataset(spec, "train", image_size=model.input_shape[1:3])
+    cnn_accuracy, cnn_seconds, epochs, params = train_cnn(train, test, vit_seconds)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"\n{spec}: {len(train.labels):,} training images, {len(test.labels):,} test images "
+          f"({test.source or 'its test split'})")
+    print("| model | parameters | test accuracy | wall time |")
+    print("|---|---|---|---|")
+    print(f"| vit-keras default ({record.get('model')}, {record.get('epochs')} epochs, augment "
+          f"{record.get('augment')}) | {model.count_params():,} | {100 * vit_accuracy:.2f}% | {vit_seconds:.0f} s |")
+    print(f"| small CNN ({epochs} epochs) | {params:,} | {100 * cnn_accuracy:.2f}% | {cnn_seconds:.0f} s |")
+
+
+def make_folders(root):
+    from PIL import Image
+
+    from vit_keras.data import FASHION_MNIST_CLASSES, load_arrays
+
+    def write(folder, images, labels, names):
+        for i, (image, label) in enumerate(zip(images, labels)):
+            os.makedirs(os.path.join(folder, names[label]), exist_ok=True)
+            Image.fromarray(image.squeeze(-1)).save(os.path.join(folder, names[label], f"{i:05d}.png"))
+
+    names = [n.replace("/", "-") for n in FASHION_MNIST_CLASSES]
+    train_x, train_y, _ = load_arrays("fashion_mnist", "train")
+    test_x, test_y, _ = load_arrays("fashion_mnist", "test")
+    test_keep = np.concatenate([np.flatnonzero(test_y == c)[:100] for c in range(10)])
+    for per_class in (600, 100):
+        keep = np.concatenate([np.flatnonzero(train_y == c)[:per_class] for c in range(10)])
+        folder = os.path.join(root, f"fmnist_{per_class}")
+        write(os.path.join(folder, "train"), train_x[keep], train_y[keep], names)
+        write(os.path.join(folder, "test"), test_x[test_keep], test_y[test_keep], names)
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    small = np.clip(digits.images * 16, 0, 255).astype(np.uint8)
+    big = np.stack([np.asarray(Image.fromarray(x).resize((28, 28), Image.BILINEAR)) for x in small])[..., None]
+    order = np.random.default_rng(0).permutation(len(big))
+    cut = len(big) * 4 // 5
+    digit_names = [str(d) for d in range(10)]
+    write(os.path.join(root, "digits", "train"), big[order[:cut]], digits.target[order[:cut]], digit_names)
+    write(os.path.join(root, "digits", "test"), big[order[cut:]], digits.target[order[cut:]], digit_names)
+    print(f"wrote {root}/fmnist_600, {root}/fmnist_100, {root}/digits")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="fashion_mnist")
+    parser.add_argument("--make-folders", metavar="DIR", default=None)
+    args = parser.parse_args()
+    if args.make_folders:
+        make_folders(args.make_folders)
+    else:
+        compare(args.data)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The flip rule: a nearest-neighbour probe on the training data says whether left-right flips keep labels."""
+
+import numpy as np
+import pytest
+
+from vit_keras import flip_check
+
+
+def test_clothes_keep_their_labels_when_flipped(fashion_train):
+    images, labels = fashion_train
+    keep, plain, flipped = flip_check.flips_keep_labels(images[:10_000], labels[:10_000])
+    assert keep and plain > 0.75 and flipped >= flip_check.MIN_FLIP_CONSISTENCY * plain
+
+
+def test_digits_do_not():
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.clip(digits.images * 16, 0, 255).astype(np.uint8)  # 8x8, 0-16 -> 0-255
+    keep, plain, flipped = flip_check.flips_keep_labels(images, digits.target)
+    assert not keep and plain > 0.9 and flipped < 0.5 * plain
+    assert "flipped" in flip_check.describe(plain, flipped)
+
+
+def test_a_symmetric_toy_set_keeps_and_a_mirrored_one_does_not():
+    rng = np.random.default_rng(0)
+    left = np.zeros((100, 12, 12), np.uint8)
+    left[:, :, :4] = 255  # a bar on the left
+    noisy = lambda x: np.clip(x.astype(int) + rng.integers(0, 40, x.shape), 0, 255).astype(np.uint8)  # noqa: E731
+    # classes told apart by a left vs a right bar: a flip turns one into the other
+    images = noisy(np.concatenate([left, left[:, :, ::-1]]))
+    labels = np.repeat([0, 1], 100)
+    assert not flip_check.flips_keep_labels(images, labels)[0]
+    # classes told apart by a top vs a bottom bar: a flip changes nothing
+    top = np.zeros((100, 12, 12), np.uint8)
+    top[:, :4] = 255
+    images = noisy(np.concatenate([top, top[:, ::-1]]))
+    assert flip_check.flips_keep_labels(images, labels)[0]
+
+
+def test_too_few_images_is_a_clear_error():
+    with pytest.raises(ValueError, match=">= 10 labelled images"):
+        flip_check.flips_keep_labels(np.zeros((3, 8, 8), np.uint8), np.zeros(3, np.int64))

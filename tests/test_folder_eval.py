@@ -1,0 +1,74 @@
+"""evaluate and verify on folders: the training folder's seeded held-out part, any other folder whole, a folder of
+split folders as given; the printout says which images were used."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vit_keras.apps.cli import main
+
+
+def make_folder(root, classes=("a", "b"), per_class=10):
+    rng = np.random.default_rng(len(str(root)))
+    for name in classes:
+        os.makedirs(root / name, exist_ok=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 255, (12, 12), dtype=np.uint8)).save(root / name / f"{i}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A model 'trained' on folder `train`: a tiny ViT and the config.json a run records."""
+    from vit_keras import train
+
+    root = tmp_path_factory.mktemp("eval")
+    make_folder(root / "train")
+    model = train.build_model(2, 1, (12, 12), image_size=12, overrides=dict(num_layers=1, hidden_size=16,
+                                                                             num_heads=1, mlp_dim=16))
+    run = root / "run"
+    run.mkdir()
+    model.save(run / "model.keras")
+    (run / "labels.txt").write_text("a\nb\n")
+    config = {"data": f"folder:{root / 'train'}", "seed": 3, "val_fraction": 0.2}
+    (run / "config.json").write_text(json.dumps(config))
+    return root, run / "model.keras"
+
+
+def evaluate(model, data, capsys):
+    assert main(["evaluate", str(model), "--data", data]) == 0
+    return capsys.readouterr().out.splitlines()[0]
+
+
+def test_the_training_folder_gives_its_held_out_part(run_dir, capsys):
+    root, model = run_dir
+    line = evaluate(model, f"folder:{root / 'train'}", capsys)
+    assert ": 4 images, the seeded 20% held-out part of the folder (seed 3)" in line
+
+
+def test_another_folder_is_evaluated_whole(run_dir, capsys):
+    root, model = run_dir
+    make_folder(root / "other", per_class=7)
+    assert ": 14 images, the whole folder" in evaluate(model, f"folder:{root / 'other'}", capsys)
+
+
+def test_a_folder_of_split_folders_gives_its_test_folder(run_dir, capsys):
+    root, model = run_dir
+    make_folder(root / "splits" / "train", per_class=5)
+    make_folder(root / "splits" / "test", per_class=3)
+    assert ": 6 images, its test/ folder" in evaluate(model, f"folder:{root / 'splits'}", capsys)
+
+
+def test_verify_reads_another_folder_whole(run_dir, tmp_path):
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.convert.verify import verify_files
+
+    root, model = run_dir
+    make_folder(root / "other2", per_class=6)
+    path = tmp_path / "m.tflite"
+    export_tflite(str(model), str(path), quantize="float32")
+    report = verify_files([str(path)], str(model), f"folder:{root / 'other2'}", runs=2, threads=(1,))
+    assert report.startswith(f"12 test images of folder:{root / 'other2'} (the whole folder)")
