@@ -154,7 +154,8 @@ class Classifier:
                 raise ValueError(f"{os.path.basename(self.path)}: its normalization {key} has {values.size} values; "
                                  f"a {self.channels}-channel input takes 1 or {self.channels}")
         if not np.all(self.std > 0):
-            raise ValueError(f"{os.path.basename(self.path)}: its normalization std must be > 0; got {self.std.tolist()}")
+            raise ValueError(f"{os.path.basename(self.path)}: its normalization std must be > 0; "
+                             f"got {self.std.tolist()}")
 
     @property
     def name(self):

@@ -59,6 +59,9 @@ def check_model(path):
     if not info.labels:
         raise ValueError(f"{path}'s metadata has no labels file (TENSOR_AXIS_LABELS): the page could show only "
                          "class numbers. Export the model with `vit-keras export` (it reads labels.txt).")
+    if info.color_space not in (None, "RGB"):  # MediaPipe: "Only RGB color space is supported for now"
+        raise ValueError(f"{path} takes {info.color_space} input; MediaPipe's ImageClassifier reads RGB-input models "
+                         "only. Files from `vit-keras export` take RGB, also for a grayscale model.")
     return info
 
 

@@ -505,3 +505,13 @@ def test_checkpoint_normalization_where_the_checkpoint_records_none(tmp_path):
     assert checkpoint_normalization(plain) == ([0.0] * 3, [1.0] * 3)  # pixel / 255 alone
     with pytest.raises(FileNotFoundError, match="holds no model.safetensors"):
         vit_keras.create_model("vit_ti16", weights=tmp_path, **TIMM_TINY)
+
+
+def test_fine_tuning_a_saved_per_channel_model_keeps_its_normalization(tmp_path):
+    from vit_keras.train import finetune_from
+
+    model = tiny(include_preprocessing=True, **CIFAR)
+    model.save(tmp_path / "m.keras")
+    tuned = finetune_from(tmp_path / "m.keras", num_classes=3, image_size=48)
+    assert tuned.vit_config["num_classes"] == 3 and tuned.vit_config["image_size"] == (48, 48)
+    assert tuned.preprocessing.get_config() == model.preprocessing.get_config()

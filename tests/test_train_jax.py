@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import vit_keras
 from vit_keras import array_pipeline, pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,9 +58,7 @@ def test_a_jax_run_writes_the_run_folder_and_its_model_exports_to_tflite(tmp_pat
     assert config["completed"] and (config["replicas"], config["micro_batches"]) == (1, 1)  # one program a step
     assert config["precision"] == "mixed_bfloat16" and "final_val_accuracy" in config
     assert [row.split(",")[0] for row in (out / "history.csv").read_text().splitlines()[1:]] == ["0", "1"]
-    model = keras.saving.load_model(out / "model.keras", compile=False)  # saved under JAX, read under TensorFlow
-    assert model.get_layer("head").compute_dtype == "float32"  # logits in float32
-    assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
+    model = vit_keras.load_model(str(out / "model.keras"))  # saved under JAX, read under TensorFlow
 
     exported = run_cli("export", str(out / "model.keras"), "--calibration", "fashion_mnist", "--calibration-size",
                        "100", "--out", str(tmp_path / "int8.tflite"), env={"KERAS_BACKEND": "tensorflow"})
@@ -174,19 +173,42 @@ try:
     refused = ""
 except ValueError as error:
     refused = str(error)
+# Mixed precision under JAX: blocks in the low precision, LayerNorm statistics and logits in float32, and float16
+# with loss scaling.
+precisions = {}
+for precision in ("mixed_bfloat16", "mixed_float16"):
+    train.set_precision(precision)
+    keras.utils.set_random_seed(0)
+    mixed = train.build_model(10, 1, (28, 28), overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+    train.compile_model(mixed, 1e-3, precision)
+    block = mixed.get_layer("encoderblock_0")
+    wide = keras.ops.cast(np.tile([300.0, -300.0], (1, 4, 16)), block.compute_dtype)
+    x, y = data.images[:64].astype("float32"), np.eye(10, dtype="float32")[data.labels[:64]]
+    losses = [float(mixed.train_on_batch(x, y, return_dict=True)["loss"]) for _ in range(3)]
+    precisions[precision] = dict(block=block.compute_dtype, head=mixed.get_layer("head").compute_dtype,
+                                 logits=str(mixed(x[:2]).dtype), losses=losses,
+                                 norm_finite=bool(np.isfinite(keras.ops.convert_to_numpy(
+                                     keras.ops.cast(block.norm1(wide), "float32"))).all()),
+                                 loss_scaled=isinstance(mixed.optimizer, keras.optimizers.LossScaleOptimizer))
+train.set_precision("float32")
 print(json.dumps(dict(stopped=stopped, finite=all(bool(np.isfinite(w).all()) for w in good.get_weights()),
-                      refused=refused)))
+                      refused=refused, precisions=precisions)))
 """
 
 
 @needs_jax
 @pytest.mark.slow
-def test_a_nan_under_jax_stops_keeping_the_last_good_checkpoint(tmp_path):
+def test_a_nan_under_jax_stops_keeping_the_last_good_checkpoint_and_mixed_precision_keeps_float32_parts(tmp_path):
     figures = run_script(NAN_STOP, tmp_path)
     assert "epoch 2" in figures["stopped"] and "last good checkpoint is kept" in figures["stopped"], figures
     assert figures["finite"] and not (tmp_path / "model.keras").exists()
     assert "Unknown `strategy`='multi_worker'; valid values are 'auto', 'default', 'data_parallel' under the jax" \
         in figures["refused"] and not (tmp_path / "refused").exists()
+    for precision, low in (("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")):
+        got = figures["precisions"][precision]
+        assert (got["block"], got["head"], got["logits"]) == (low, "float32", "float32"), (precision, got)
+        assert got["norm_finite"] and np.isfinite(got["losses"]).all() and got["losses"][-1] < got["losses"][0], got
+        assert got["loss_scaled"] == (precision == "mixed_float16"), got
 
 
 @pytest.mark.parametrize("backend, argv, message", [

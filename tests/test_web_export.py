@@ -282,7 +282,7 @@ def test_export_web_refuses_bad_models_before_writing(models, tmp_path, capsys):
     unlabelled.write_bytes(populate(bare.read_bytes(), {"name": "no labels", "subgraph_metadata": [{}]}, {}))
     cases = {models["keras"]: "must be a .tflite file", tmp_path / "missing.tflite": "no such model file",
              text: "is not a usable .tflite model", bare: "carries no TFLite metadata",
-             unlabelled: "has no labels file"}
+             unlabelled: "has no labels file", models["attention"]: "takes GRAYSCALE input"}
     for model, words in cases.items():
         out = tmp_path / f"site_{model.stem}"
         code, err = export_web(capsys, model, "--out", out)

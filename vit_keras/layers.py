@@ -306,6 +306,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv = ops.reshape(self.qkv(x), (-1, t, 3, self.num_heads, self.head_dim))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         use_explicit = return_attention_scores or (training and self.attention_dropout > 0)
+        # jax.nn.dot_product_attention asks float16 dots for XLA's F16_F16_F32 algorithm, which XLA refuses when it
+        # compiles on CPU and on some GPUs ("Unsupported dot precision algorithm: 4"); its fallback only catches
+        # errors raised while tracing. The explicit path has plain float16 dots.
+        use_explicit = use_explicit or (keras.backend.backend() == "jax" and
+                                        keras.backend.standardize_dtype(q.dtype) == "float16")
         if not use_explicit:
             y = ops.dot_product_attention(q[:, :tq], k, v, scale=1.0 / math.sqrt(self.head_dim))
             weights = None

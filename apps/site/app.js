@@ -251,6 +251,7 @@ async function start() {
   element("status").textContent = "Ready: drop an image, choose a file or use the camera.";
   document.body.dataset.state = "ready";
   window.addEventListener("pagehide", () => classifier.close());
+  window.addEventListener("pageshow", (event) => { if (event.persisted) location.reload(); });  // closed above
 }
 
 queue = start();
