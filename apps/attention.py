@@ -59,7 +59,7 @@ def attention_heatmap(outputs, grid=None):
         elif array.ndim == 3 and array.shape[-1] == array.shape[-2] and array.shape[0] < array.shape[-1]:
             layers.append(array)  # (heads, T, T)
         elif array.ndim == 2 and array.shape[0] == array.shape[1] and math.isqrt(array.shape[0] - 1) ** 2 == \
-                array.shape[0] - 1:
+                array.shape[0] - 1 and np.allclose(array.sum(-1), 1.0, atol=1e-2):  # softmax rows, not a map
             layers.append(array[None])
         elif array.ndim == 2:
             ready = array

@@ -12,9 +12,11 @@ installed there: this runs from the checkout (``import vit_keras`` loads no Tens
   of the card's bf16 matmul rate (``--peak-tflops``, ~790 measured on the H200);
 - ``step``: the same model's compiled train step alone on one device-resident batch (what timm's figure
   measures), img/s and share of the peak;
-- ``float16``: whether mixed_float16 (with loss scaling) compiles and trains; on failure the error text and
-  which of its dots fail on their own (a float16 matmul, the fused and the explicit attention, forward and
-  gradient), to find the one XLA rejects.
+- ``float16``: whether mixed_float16 (with loss scaling) compiles and trains (or the error text), and which
+  parts of a float16 ViT compile on their own, forward and gradient (a matmul, the patch convolution,
+  LayerNorm, both attention paths, jax.nn.dot_product_attention bare, a block, a small model): the bare
+  fused op asks XLA for the F16_F16_F32 dot algorithm that CPUs and some GPUs refuse, which is why
+  ``MultiHeadSelfAttention`` takes its explicit path in float16 under JAX.
 
     KERAS_BACKEND=jax python benchmarks/gpu_check.py --json gpu_check.json   # on the GPU machine
     python benchmarks/gpu_check.py --cpu                                      # a tiny end-to-end run here
@@ -98,17 +100,17 @@ def compiled_step(args, precision, steps=None):
         rng = np.random.default_rng(0)
         x = jax.device_put(rng.uniform(0, 255, (args.batch, args.image_size, args.image_size, 3)).astype("float32"))
         y = jax.device_put(np.eye(1000, dtype="float32")[rng.integers(0, 1000, args.batch)])
-        first = model.train_on_batch(x, y)  # compiles
+        first = model.train_on_batch(x, y, return_dict=True)["loss"]  # compiles
         model.train_on_batch(x, y)
         start = time.perf_counter()
         for _ in range(steps):
-            loss = model.train_on_batch(x, y)
-        loss = float(np.asarray(loss))  # waits for the last step
+            loss = model.train_on_batch(x, y, return_dict=True)["loss"]
+        loss = float(loss)  # waits for the last step
         img_per_s = args.batch * steps / (time.perf_counter() - start)
     finally:
         train.set_precision("float32")
     return dict(precision=precision, batch=args.batch, steps=steps, img_per_s=round(img_per_s, 1),
-                first_loss=float(np.asarray(first)), loss=loss, device=str(jax.devices()[0]),
+                first_loss=float(first), loss=loss, device=str(jax.devices()[0]),
                 **matmul_share(img_per_s, args.model, args.image_size, args.peak_tflops))
 
 
@@ -129,9 +131,10 @@ def float16_probes():
             ("Dense (a matmul)", keras.layers.Dense(64), tokens, {}),
             ("Conv2D 16x16 stride 16 (the patch embedding)", keras.layers.Conv2D(64, 16, strides=16), image, {}),
             ("LayerNormalization", keras.layers.LayerNormalization(), tokens, {}),
-            ("fused attention (ops.dot_product_attention)", MultiHeadSelfAttention(4), tokens, {}),
+            ("MultiHeadSelfAttention, its default path", MultiHeadSelfAttention(4), tokens, {}),
             ("explicit attention (softmax(q k^T))", MultiHeadSelfAttention(4), tokens,
              dict(return_attention_scores=True)),
+            ("jax.nn.dot_product_attention via ops.dot_product_attention, float16 q, k, v", None, tokens, {}),
             ("TransformerBlock", TransformerBlock(4, 128), tokens, {}),
             ("VisionTransformer (2 blocks, 32 px)", VisionTransformer(image_size=32, patch_size=16, hidden_size=64,
                                                                         num_heads=4, mlp_dim=128, num_layers=2,
@@ -143,19 +146,30 @@ def float16_probes():
 
 
 def probe(name, layer, x, kwargs):
+    """Forward and gradient of one part; ``layer`` None: the bare fused attention op on float16 heads of ``x``."""
     import jax
     import jax.numpy as jnp
+    from keras import ops
 
-    if not layer.built:
-        layer.build(x.shape)
-    non_trainable = [v.value for v in layer.non_trainable_variables]
+    if layer is None:
+        trainable, non_trainable = [], []
+
+        def outputs(trainable, x):
+            heads = x.astype("float16").reshape(x.shape[0], x.shape[1], 4, -1)
+            return ops.dot_product_attention(heads, heads, heads)
+    else:
+        if not layer.built:
+            layer.build(x.shape)
+        trainable = [v.value for v in layer.trainable_variables]
+        non_trainable = [v.value for v in layer.non_trainable_variables]
+
+        def outputs(trainable, x):
+            out = layer.stateless_call(trainable, non_trainable, x, **kwargs)[0]
+            return out[0] if isinstance(out, (tuple, list)) else out
 
     def loss(trainable, x):
-        out = layer.stateless_call(trainable, non_trainable, x, **kwargs)[0]
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        return jnp.sum(out.astype("float32"))
+        return jnp.sum(outputs(trainable, x).astype("float32"))
 
-    trainable = [v.value for v in layer.trainable_variables]
     row = dict(probe=name)
     for kind, compiled in (("forward", jax.jit(loss)), ("gradient", jax.jit(jax.grad(loss, argnums=(0, 1))))):
         try:
@@ -167,12 +181,13 @@ def probe(name, layer, x, kwargs):
 
 
 def check_float16(args, data, out):
+    """Whether the trainer compiles and trains in mixed_float16, with the parts' probes either way."""
     try:
         result = dict(compiles=True, trainer=run_trainer(args, data, "mixed_float16", out))
     except Exception as error:
         traceback.print_exc()
-        result = dict(compiles=False, error=error_text(error), probes=float16_probes())
-    return result
+        result = dict(compiles=False, error=error_text(error))
+    return dict(result, probes=float16_probes())
 
 
 def timm_child(args):
@@ -304,7 +319,6 @@ def main(argv=None):
                 record("step", dict(error=error_text(error)))
         if "float16" in checks:
             record("float16", check_float16(args, data, os.path.join(work, "f16")))
-    record("tensorflow_imported", "tensorflow" in sys.modules)
     return 0
 
 

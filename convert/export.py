@@ -23,13 +23,16 @@ from . import metadata as tflite_metadata
 # reference kernels (their cost: docs/benchmarks.md, "Export"); MEAN, SUB, MUL: LayerNorm's
 # statistics, the most sensitive ops in the per-op sensitivity sweep (convert/sensitivity.py).
 # These are also the ViT ops known to lose accuracy in int8 (softmax, GELU, LayerNorm outliers).
-# CONCATENATION, SPLIT and the ADDs of the residual stream and of LayerNorm's shift (nodes named in
-# default_float_nodes): the heads' concat, the fused qkv's split, the residual stream and whole LayerNorms
-# in float need no conversions of their own, so each FULLY_CONNECTED has just a QUANTIZE in and a
-# DEQUANTIZE out. (Other ADDs stay int8: the position embedding is stored in int8.)
+# CONCATENATION, SPLIT, SLICE and the ADDs of the position embedding, the residual stream and LayerNorm's shift
+# (nodes named in default_float_nodes): the heads' concat, the fused qkv's split, the class-token readout, the
+# residual stream from its start and whole LayerNorms in float need no conversions of their own, so each
+# FULLY_CONNECTED has just a QUANTIZE in and a DEQUANTIZE out. The residual stream is never rounded to int8:
+# on models trained elsewhere that rounding was most of int8's loss (docs/benchmarks.md, "int8 on models
+# trained elsewhere").
 # The QUANTIZE/DEQUANTIZE ops run inside XNNPACK, so the graph stays one delegated partition and the
 # FULLY_CONNECTED / CONV_2D layers, where the time and the weights are, run in int8.
-INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL", "CONCATENATION", "SPLIT")
+INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL", "CONCATENATION", "SLICE",
+                  "SPLIT")
 INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op in XNNPACK
 INT8_FLOAT_NODES = ("layernorm_epsilon",)  # with RSQRT: LayerNorm's variance + epsilon
 MIN_CALIBRATION_IMAGES = 100
@@ -135,11 +138,13 @@ def float_node_names(base_names, count=1000):
 
 
 def default_float_nodes(model, calibrated):
-    """The nodes the default int8 export keeps in float besides its op types: the ADDs of the residual stream
-    and of LayerNorm's shift (named in convert/graph.py), and a conv stem (``conv_stem_nodes``)."""
+    """The nodes the default int8 export keeps in float besides its op types: the ADDs of the position
+    embedding, the residual stream and LayerNorm's shift (named in convert/graph.py), and a conv stem
+    (``conv_stem_nodes``)."""
     from .graph import norm_count
 
-    return float_node_names(("residual", "layernorm_shift"), norm_count(model)) + conv_stem_nodes(model, calibrated)
+    return (["embedding"] + float_node_names(("residual", "layernorm_shift"), norm_count(model))
+            + conv_stem_nodes(model, calibrated))
 
 
 def conv_stem_nodes(model, calibrated):
@@ -175,38 +180,59 @@ def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_no
     return tf_util.modify_model_io_type(quantized, tf.uint8, tf.float32)
 
 
-def convert(model, quantize="float32", calibration=None, dynamic_batch=False, float_ops=INT8_FLOAT_OPS):
-    """Converted flatbuffer bytes (no metadata yet); ValueError for anything but builtin ops."""
-    from .graph import norm_count
-
-    model_bytes = convert_graph(model, quantize, calibration, dynamic_batch)
-    if quantize == "int8":
-        nodes = default_float_nodes(model, model_bytes) if float_ops else ()  # () alone: plain full int8
-        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model), float_nodes=nodes)
+def check_builtin_ops(model_bytes, quantize):
     custom = unsupported_ops(model_bytes)
     if custom:
         raise ValueError(f"the {quantize} model needs non-builtin ops {', '.join(custom)}; "
                          "vit-keras exports TFLite builtin ops only (no Flex/SELECT_TF_OPS or custom ops).")
-    return bytes(model_bytes)
 
 
-def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False):
+def convert(model, quantize="float32", calibration=None, dynamic_batch=False, float_ops=INT8_FLOAT_OPS,
+            attention_output=False):
+    """Converted flatbuffer bytes (no metadata yet); ValueError for anything but builtin ops.
+
+    attention_output: a second output, the attention rollout (``attention_output.attention_rollout``)."""
+    from .graph import norm_count
+
+    model_bytes = convert_graph(model, quantize, calibration, dynamic_batch, attention_output=attention_output)
+    if quantize == "int8":
+        nodes = default_float_nodes(model, model_bytes) if float_ops else ()  # () alone: plain full int8
+        if attention_output:  # the rollout's ADDs and output: its values, ~1/tokens, would lose to int8's rounding
+            from .attention_output import rollout_output_names
+
+            nodes = list(nodes) + rollout_output_names(model_bytes) + float_node_names(("attention_rollout",), sum(
+                block.attn.num_heads for block in model.blocks))
+        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model), float_nodes=nodes)
+    check_builtin_ops(model_bytes, quantize)
+    if not attention_output:
+        return bytes(model_bytes)
+    from .attention_output import scores_output_first
+
+    return scores_output_first(model_bytes)
+
+
+def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False, smooth_norms=True,
+                  attention_output=False):
     """The TFLite converter's output: the final model, or for int8 the calibrated float model.
 
     calibration: int8's calibration images (an array, as ``calibration_images`` returns them), all used.
+    smooth_norms: int8 only; the blocks' LayerNorm outputs smoothed into the next FULLY_CONNECTED
+      (``graph.norm_scales``; what it buys: docs/benchmarks.md, "int8 on models trained elsewhere").
     """
     import tensorflow as tf
 
-    from .graph import concrete_function, qkv_scales, takes_raw_pixels
+    from .graph import concrete_function, norm_scales, qkv_scales, takes_raw_pixels
 
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
-    scales = None
+    scales = smoothing = None
     if quantize == "int8":
         calibration = calibration_images(calibration, model, limit=None)
         scales = qkv_scales(model, calibration)  # int8's fused qkv, its heads' ranges equalized
+        smoothing = norm_scales(model, calibration) if smooth_norms else None
     function = concrete_function(model, raw_pixels=takes_raw_pixels(model, quantize),
-                                 batch_size=None if dynamic_batch else 1, qkv_scales=scales)
+                                 batch_size=None if dynamic_batch else 1, qkv_scales=scales, norm_scales=smoothing,
+                                 attention_output=attention_output)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = False
@@ -314,13 +340,19 @@ def check_metadata_keywords(metadata_fields):
 
 
 def export_tflite(model, out, quantize="float32", calibration=None, labels=None, dynamic_batch=False,
-                  calibration_size=DEFAULT_CALIBRATION_IMAGES, float_ops=INT8_FLOAT_OPS, **metadata_fields):
+                  calibration_size=DEFAULT_CALIBRATION_IMAGES, float_ops=INT8_FLOAT_OPS, min_agreement=None,
+                  attention_output=False, **metadata_fields):
     """Export ``model`` (a .keras path or a VisionTransformer) to ``out``; returns a summary dict.
 
     labels: a list, a file path, or None for labels.txt beside the .keras file.
     calibration: a data spec or uint8 images (N, H, W, C); required for int8.
     float_ops: the TFLite ops int8 keeps in float, besides the residual stream and a conv stem (any set but ()
       keeps those too, as ``convert.sensitivity`` measures); () gives a plain full-int8 graph.
+    min_agreement: int8 only; instead of ``float_ops``, keep the fewest ops in float whose top-1 agreement with
+      Keras on a held-out part of the calibration images is at least this (``held_out_count`` of them, never
+      calibrated on); the summary's "sweep" holds the rows tried (agreement, size, latency).
+    attention_output: a second output, (1, grid_h, grid_w): the attention rollout from the token the prediction
+      reads to the patches (``attention_output.attention_rollout``), named "attention" in the metadata.
     """
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
@@ -328,6 +360,13 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     if quantize == "int8" and (calibration_size is None or int(calibration_size) < MIN_CALIBRATION_IMAGES):
         raise ValueError(f"`calibration_size` must be at least {MIN_CALIBRATION_IMAGES} (int8 calibrates on that "
                          f"many real images; {DEFAULT_CALIBRATION_IMAGES} by default); got {calibration_size}.")
+    if attention_output and min_agreement is not None:
+        raise ValueError("`attention_output` and `min_agreement` do not combine: the float-ops sweep measures the "
+                         "classifier alone; export with `float_ops` instead.")
+    if min_agreement is not None:
+        from .sensitivity import check_min_agreement, convert_fewest_float_ops
+
+        check_min_agreement(min_agreement, quantize, calibration_size)
     out = check_output_path(out)
     if isinstance(model, (str, os.PathLike)):
         if labels is None:
@@ -350,11 +389,22 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
         raise ValueError(f"`labels` has {len(labels)} names but the model has {num_classes} classes.")
     if quantize == "int8":
         calibration = calibration_images(calibration, model, limit=calibration_size)
-    model_bytes = convert(model, quantize, calibration, dynamic_batch, float_ops)
+    sweep = None
+    if min_agreement is not None:
+        model_bytes, sweep = convert_fewest_float_ops(model, calibration, dynamic_batch, min_agreement)
+    else:
+        model_bytes = convert(model, quantize, calibration, dynamic_batch, float_ops, attention_output)
     detail = check_runtime(model_bytes, quantize)
     meta = classifier_metadata(model, labels, quantize, detail["dtype"], **metadata_fields)
-    data = tflite_metadata.populate(model_bytes, meta, {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"})
+    files = {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"}
+    if attention_output:
+        from .attention_output import ATTENTION_LABELS, attention_labels, attention_metadata
+
+        meta["subgraph_metadata"][0]["output_tensor_metadata"].append(attention_metadata(model))
+        files[ATTENTION_LABELS] = "\n".join(attention_labels(model)).encode("utf-8") + b"\n"
+    data = tflite_metadata.populate(model_bytes, meta, files)
     write_atomic(out, data)
     return {"path": out, "quantize": quantize, "bytes": len(data), "input_dtype": np.dtype(detail["dtype"]).name,
             "input_shape": [int(v) for v in detail["shape_signature"]], "input_quantization": detail["quantization"],
-            "labels": len(labels)}
+            "labels": len(labels),
+            **({"sweep": sweep} if sweep is not None else {})}

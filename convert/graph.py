@@ -59,13 +59,18 @@ def numpy(variable):
         return np.asarray(keras.ops.convert_to_numpy(variable), dtype="float32")
 
 
-def layer_norm(layer, x):
-    """LayerNormalization over the last axis with only int8-friendly builtin ops."""
+def layer_norm(layer, x, smooth=None):
+    """LayerNormalization over the last axis with only int8-friendly builtin ops.
+
+    smooth: a per-channel factor the output is divided by (gamma and beta absorb it; ``norm_scales``)."""
     mean = tf.reduce_mean(x, axis=-1, keepdims=True)
     centred = x - mean
     variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
     y = centred * tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
-    return tf.add(y * tf.constant(numpy(layer.gamma)), tf.constant(numpy(layer.beta)), name="layernorm_shift")
+    gamma, beta = numpy(layer.gamma), numpy(layer.beta)
+    if smooth is not None:
+        gamma, beta = gamma / smooth, beta / smooth
+    return tf.add(y * tf.constant(gamma), tf.constant(beta), name="layernorm_shift")
 
 
 def group_norm(layer, x):
@@ -113,7 +118,7 @@ def dense(layer, x, kernel=None, bias=None):
     return y if layer.activation is keras.activations.linear else layer.activation(y)
 
 
-def attention(attn, x, query_tokens=None, scales=None, observe=None):
+def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=None, maps=None):
     """Multi-head self-attention equal to MultiHeadSelfAttention in float, in XNNPACK-friendly pieces.
 
     Without ``scales`` the fused qkv kernel is cut into one small FULLY_CONNECTED per head and per q/k/v.
@@ -121,10 +126,14 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None):
     output is SPLIT into heads, then into q, k, v (a SPLIT into more than 4 outputs is not delegated).
     query_tokens: compute the outputs for the first k queries alone, as the layer does.
     observe: called eagerly as observe(attn, head, q, k, v) (the calibration pass of ``qkv_scales``).
+    row_scale: the preceding LayerNorm's smoothing factor (``norm_scales``), undone on the qkv kernel's rows.
+    maps: a list that gets this layer's attention weights appended, one (B, queries, T) tensor a head.
     """
     d = x.shape[-1]
     heads, head_dim = attn.num_heads, d // attn.num_heads
     kernel, bias = numpy(attn.qkv.kernel).copy(), numpy(attn.qkv.bias).copy()
+    if row_scale is not None:
+        kernel *= row_scale[:, None]
     out_kernel = numpy(attn.out.kernel).copy()
     scale = 1.0 / math.sqrt(head_dim)
     kernel[:, :d] *= scale  # fold the logit scale into q
@@ -146,12 +155,15 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None):
     else:
         queries = token_slice(x, 0, query_tokens) if query_tokens else x
         per_head = [(project(queries, q), project(x, k), project(x, v)) for q, k, v in cols]
-    outputs = []
+    outputs, weights_per_head = [], []
     for h, (q, k, v) in enumerate(per_head):
         if observe is not None:
             observe(attn, h, q, k, v)
         weights = tf.nn.softmax(tf.matmul(q, k, transpose_b=True), axis=-1)
+        weights_per_head.append(weights)
         outputs.append(tf.matmul(weights, v))
+    if maps is not None:
+        maps.append(weights_per_head)
     return dense(attn.out, concat_even(outputs), kernel=out_kernel)
 
 
@@ -236,10 +248,47 @@ def qkv_scales(model, images, batch_size=50):
     return scales
 
 
-def transformer_block(block, z, scales=None, observe=None):
-    y = attention(block.attn, layer_norm(block.norm1, z), block.query_tokens, scales, observe)
+def norm_scales(model, images, alpha=0.5, batch_size=50):
+    """Per block LayerNorm, the per-channel factor s that smooths its output for the int8 FULLY_CONNECTED after it.
+
+    SmoothQuant (Xiao et al., 2023): LayerNorm outputs carry a few outlier channels that stretch the one int8
+    scale of the next layer's input. Dividing gamma and beta by s, and multiplying the next kernel's input rows
+    by s, is exact in float and moves that range into the weights (int8 per output channel):
+    s_j = max|x_j|^alpha / max|W_j|^(1 - alpha), x over ``images`` (uint8, N, H, W, C), W the next kernel.
+    """
+    ranges, kernels = {}, {}
+    for block in model.blocks:
+        kernels[block.norm1.path], kernels[block.norm2.path] = numpy(block.attn.qkv.kernel), numpy(block.fc1.kernel)
+
+    def observe_norm(norm, y):
+        ranges[norm.path] = np.maximum(ranges.get(norm.path, 0.0), np.abs(y.numpy()).reshape(-1, y.shape[-1]).max(0))
+
+    rgb = np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else np.asarray(images)
+    for start in range(0, len(rgb), batch_size):
+        forward(model, tf.constant(rgb[start:start + batch_size], tf.float32), raw_pixels=True,
+                observe_norm=observe_norm)
+    scales = {}
+    for path, seen in ranges.items():
+        weight = np.abs(kernels[path]).max(axis=1)
+        s = np.maximum(seen, 1e-5) ** alpha / np.maximum(weight, 1e-5) ** (1 - alpha)
+        scales[path] = (s / np.exp(np.log(s).mean())).astype("float32")  # geometric mean 1: the overall scale stays
+    return scales
+
+
+def transformer_block(block, z, scales=None, observe=None, norm_scales=None, observe_norm=None, maps=None):
+    """Eq. 2-3. norm_scales: {LayerNorm path: smoothing factor} (``norm_scales``); observe_norm(norm, output);
+    maps: a list that gets the block's attention weights appended (``attention``)."""
+    smooth1, smooth2 = ((norm_scales or {}).get(norm.path) for norm in (block.norm1, block.norm2))
+    normed = layer_norm(block.norm1, z, smooth1)
+    if observe_norm is not None:
+        observe_norm(block.norm1, normed)
+    y = attention(block.attn, normed, block.query_tokens, scales, observe, row_scale=smooth1, maps=maps)
     z = tf.add(token_slice(z, 0, block.query_tokens) if block.query_tokens else z, y, name="residual")
-    hidden = tf.nn.gelu(dense(block.fc1, layer_norm(block.norm2, z)), approximate=block.gelu_approximate)
+    normed = layer_norm(block.norm2, z, smooth2)
+    if observe_norm is not None:
+        observe_norm(block.norm2, normed)
+    fc1_kernel = numpy(block.fc1.kernel) * (1.0 if smooth2 is None else smooth2[:, None])
+    hidden = tf.nn.gelu(dense(block.fc1, normed, kernel=fc1_kernel), approximate=block.gelu_approximate)
     return tf.add(z, dense(block.fc2, hidden), name="residual")  # named: int8 keeps the residual stream in float
 
 
@@ -250,12 +299,15 @@ def takes_raw_pixels(model, quantize):
     return quantize == "int8" or not is_uniform(model.vit_config)
 
 
-def forward(model, images, raw_pixels, qkv_scales=None, observe=None):
+def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scales=None, observe_norm=None,
+            attention_maps=None):
     """Softmax scores for RGB ``images`` (B, H, W, 3).
 
     raw_pixels=True: images are 0-255 pixels, normalized here (``takes_raw_pixels``); False: already
     normalized as (x - mean) / std with the model's one mean and std.
     qkv_scales: {attention layer path: per-head (alpha, beta)} for the int8 graph's fused qkv.
+    norm_scales: {LayerNorm path: per-channel factor} smoothing the blocks' LayerNorm outputs (``norm_scales``).
+    attention_maps: a list that gets each block's per-head attention weights appended, first block first.
     """
     x = images
     channels = model.vit_config["channels"]
@@ -285,7 +337,7 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None):
     for block in model.blocks:
         attn = block.attn
         scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None
-        x = transformer_block(block, x, scales, observe)
+        x = transformer_block(block, x, scales, observe, norm_scales, observe_norm, maps=attention_maps)
     x = layer_norm(model.encoder_norm, x)
     pool = model.pooling_layer
     if pool.pooling == "token":
@@ -300,15 +352,23 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None):
     return tf.nn.softmax(tf.cast(x, tf.float32), axis=-1)
 
 
-def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None):
-    """A traced tf.function over an RGB image input; batch_size=None gives a dynamic batch."""
+def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None, norm_scales=None, attention_output=False):
+    """A traced tf.function over an RGB image input; batch_size=None gives a dynamic batch.
+
+    attention_output: a second output, the attention rollout over the patch grid (``attention_rollout``)."""
     check_vit(model)
     height, width = model.vit_config["image_size"]
     spec = tf.TensorSpec((batch_size, height, width, 3), tf.float32, name="image")
 
     @tf.function(input_signature=[spec], autograph=False)
     def serve(image):
-        return {"scores": forward(model, image, raw_pixels, qkv_scales)}
+        maps = [] if attention_output else None
+        scores = forward(model, image, raw_pixels, qkv_scales, norm_scales=norm_scales, attention_maps=maps)
+        if not attention_output:
+            return {"scores": scores}
+        from .attention_output import attention_rollout
+
+        return [scores, attention_rollout(model, maps)]
 
     return serve.get_concrete_function()
 

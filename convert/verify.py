@@ -4,7 +4,8 @@ Both LiteRT CPU runtimes are timed: the classic ``ai_edge_litert.interpreter.Int
 and the newer ``ai_edge_litert.compiled_model.CompiledModel``. Latency is the median of
 ``runs`` invocations at batch 1 after ``warmup`` invocations. ``delegation_report``
 is the per-op profile: which ops XNNPACK runs and which fall back to the slower
-reference kernels, splitting the graph into more partitions.
+reference kernels, splitting the graph into more partitions. ``gpu_delegate.gpu_refusals`` names the ops the
+LiteRT GPU delegate would refuse, checked statically (no GPU runs here).
 """
 
 import collections
@@ -17,6 +18,7 @@ import numpy as np
 from vit_keras.constants import RUNTIMES
 
 from . import metadata as tflite_metadata
+from .gpu_delegate import gpu_refusals, litert_gpu_coverage
 
 
 def model_input(path):
@@ -188,6 +190,25 @@ def float_ops_cell(row):
     return ", ".join(f"{name} {count}" for name, count in sorted(row["float_ops"].items())) or "none"
 
 
+def gpu_cell(row):
+    """The table's "GPU delegate refuses" cell: "none", or each op type it would refuse and its count."""
+    refused = row.get("gpu_refused")
+    if refused is None:
+        return "-"
+    return ", ".join(f"{name} {count}" for name, count in sorted(refused.items())) if refused else "none"
+
+
+def gpu_note(rows):
+    """The line under the table on LiteRT's own GPU accelerator: its verdict per file where it could start,
+    else that it could not, so the column is a static check and nothing more."""
+    verdicts = {row["file"]: row.get("litert_gpu") for row in rows}
+    if all(v is None for v in verdicts.values()):
+        return ("GPU: a static check of each op against the GPU delegate's rules; CompiledModel's GPU accelerator "
+                "could not start on this machine (no GPU adapter), so nothing ran on a GPU.")
+    said = {True: "every op on the GPU", False: "some ops left to the CPU", None: "could not start"}
+    return "CompiledModel's GPU accelerator: " + "; ".join(f"{f}: {said[v]}" for f, v in verdicts.items())
+
+
 def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, runtimes=RUNTIMES):
     """One row of the verification table, as a dict."""
     scores = predict(tflite_path, images)
@@ -196,6 +217,8 @@ def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, r
         "file": os.path.basename(os.fspath(tflite_path)),
         "float_ops": float_ops,
         "integer_ops": integer_ops,
+        "gpu_refused": gpu_refusals(tflite_path)[0],
+        "litert_gpu": litert_gpu_coverage(tflite_path),
         "size_mb": os.path.getsize(tflite_path) / 1e6,
         "agreement": float(np.mean(scores.argmax(-1) == keras_scores.argmax(-1))),
         "accuracy": float(np.mean(scores.argmax(-1) == labels)),
@@ -213,13 +236,13 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
     short = {"interpreter": "Interpreter", "compiled": "CompiledModel"}
     latency_cols = [(f"{r}_{n}t_ms", f"{short[r]} {n}T ms") for r in runtimes for n in threads]
     header = ["file", "size MB"] + [title for _, title in latency_cols] + [
-        "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff", "ops in float"]
+        "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff", "GPU delegate refuses", "ops in float"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [row["file"], f"{row['size_mb']:.2f}"] + [
             f"{row[key]:.2f}" if key in row else "-" for key, _ in latency_cols] + [
             f"{100 * row['agreement']:.2f}%", f"{100 * row['accuracy']:.2f}% ({100 * row['keras_accuracy']:.2f}%)",
-            f"{row['max_abs_diff']:.4f}", float_ops_cell(row)]
+            f"{row['max_abs_diff']:.4f}", gpu_cell(row), float_ops_cell(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -246,4 +269,4 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
     used = f" ({dataset.source})" if dataset.source else ""
     return (f"{len(images):,} {split} images of {data}{used}; latency at batch 1, median of {runs} runs after "
             "warm-up.\n\n"
-            + format_table(rows, threads, split=split))
+            + format_table(rows, threads, split=split) + "\n\n" + gpu_note(rows))

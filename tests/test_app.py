@@ -349,3 +349,81 @@ def test_web_overlay_normalizes_as_the_model_says(tmp_path, fashion_test):
     by_hand = (rgb / 255.0 - np.array(PER_CHANNEL["pixel_mean"])) / np.array(PER_CHANNEL["pixel_std"])
     np.testing.assert_allclose(heat, overlay_for(by_hand), atol=1e-4)
     assert np.abs(heat - overlay_for(rgb / 127.5 - 1.0)).max() > 1e-3  # the normalization is what it depends on
+
+
+@pytest.fixture(scope="module")
+def attention_file(models, tmp_path_factory):
+    """The app's tiny ViT exported with --attention-output, alone in its folder (no .keras beside it)."""
+    folder = tmp_path_factory.mktemp("attention_export")
+    out = folder / "model_attention.tflite"
+    assert main(["export", str(models["keras"]), "--quantize", "float32", "--attention-output", "--out", str(out)]) == 0
+    return out
+
+
+def keras_heatmaps(models, images):
+    """vit_keras.visualize.attention_heatmap of the .keras model, each map scaled to [0, 1] as the app draws it."""
+    import keras
+
+    from vit_keras import visualize
+
+    heat = visualize.attention_heatmap(keras.models.load_model(models["keras"]), images)
+    low = heat.min(axis=(1, 2), keepdims=True)
+    return (heat - low) / (heat.max(axis=(1, 2), keepdims=True) - low)
+
+
+def test_classify_json_gives_the_device_attention_map(attention_file, models, test_images, capsys):
+    """classify --json on an --attention-output file: each result's "attention" is the file's own output, equal to
+    visualize.attention_heatmap of the .keras model (both scaled to [0, 1]) within 1e-4."""
+    folder, images, _ = test_images
+    paths = [folder / f"{i:02d}.png" for i in range(6)]
+    code, document = classify_json(capsys, attention_file, *paths)
+    assert code == 0
+    maps = np.array([result["attention"] for result in document["results"]])
+    assert maps.shape == (6, 4, 4)
+    np.testing.assert_allclose(maps, keras_heatmaps(models, images[:6]), atol=1e-4)
+    code, plain = classify_json(capsys, models["float32"], paths[0])
+    assert "attention" not in plain["results"][0]
+
+
+def test_gradio_page_draws_the_device_attention(attention_file, test_images):
+    """The Gradio page over an --attention-output file draws the overlay from the file's output, no .keras given."""
+    from vit_keras.apps.attention import overlay
+    from vit_keras.apps.classifier import Classifier
+    from vit_keras.apps.web import build_demo
+
+    classifier = Classifier(attention_file)
+    demo = build_demo(classifier, examples=[])
+    upload = next(f.fn for f in demo.fns.values() if f.api_name == "classify_upload")
+    path = str(test_images[0] / "03.png")
+    shown, scores, status, _ = upload(path)
+    prediction = classifier.classify(path)
+    assert "**" + prediction.top[0][0] + "**" in status and set(scores) >= {prediction.top[0][0]}
+    assert np.abs(np.asarray(shown, np.float32) - np.asarray(overlay(prediction.image, None), np.float32)).max() > 20
+    assert np.array_equal(np.asarray(shown), np.asarray(overlay(prediction.image, prediction.attention)))
+    info = next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "model-info")
+    assert "attention overlay from the model's attention output" in info.value
+
+
+def test_browser_site_draws_the_device_attention(attention_file, models, test_images, tmp_path, capsys):
+    """export-web's page on an --attention-output file: MediaPipe returns the map as a second head, the page draws
+    it over the image, and window.lastResult.attention equals classify --json's within 0.02 (both [0, 1])."""
+    test_web_export = pytest.importorskip("test_web_export")
+    if test_web_export.RUNTIME_MISSING or not os.path.exists(test_web_export.CHROMIUM):
+        pytest.skip("the npm runtime (scripts/setup.sh) or Debian's chromium is missing")
+    folder = test_images[0]
+    paths = [folder / f"{i:02d}.png" for i in range(3)]
+    _, document = classify_json(capsys, attention_file, *paths)
+    site = tmp_path / "site"
+    assert main(["export-web", str(attention_file), "--out", str(site)]) == 0
+    with test_web_export.playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=test_web_export.CHROMIUM,
+                                             args=test_web_export.CHROMIUM_ARGS)
+        with test_web_export.static_server(site) as url:
+            page = test_web_export.SitePage(browser, url)
+            results = [page.upload(path)[0] for path in paths]
+            page.page.screenshot(path=str(tmp_path / "attention_page.png"), full_page=True)
+            page.close()
+        browser.close()
+    for result, cli in zip(results, document["results"]):
+        assert result["labels"][0] == cli["top"][0]["label"] and len(result["labels"]) == 5
+        np.testing.assert_allclose(result["attention"], cli["attention"], atol=0.02)

@@ -90,7 +90,7 @@ def test_attention_resize_and_heatmap_agree(computed, backend):
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_predict_gives_tensorflows_outputs(computed, backend):
-    """``vit_keras.predict``: TensorFlow's concurrent micro-batches, the other backends' predict step, batch by batch."""
+    """``vit_keras.predict``: TensorFlow's concurrent micro-batches; the other backends' predict step, per batch."""
     reference, other = computed["tensorflow"]["predict"], computed[backend]["predict"]
     assert other.shape == reference.shape == (3, 7)
     diff = float(np.abs(other - reference).max())

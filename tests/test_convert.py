@@ -386,3 +386,152 @@ def test_verify_names_the_ops_kept_in_float(exported, reference, fashion):
     assert "BATCH_MATMUL" in second.split("|")[-2] and "FULLY_CONNECTED" not in second.split("|")[-2]
     dynamic_float, dynamic_integer = op_precisions(exported["dynamic"])  # int8 weights, float activations
     assert "FULLY_CONNECTED" in dynamic_integer and "SOFTMAX" in dynamic_float
+
+
+# ---- int8 that holds: the --min-agreement sweep and LayerNorm smoothing ----------------------------------------
+
+def test_min_agreement_keeps_the_fewest_float_ops_that_meet_it(run_dir, fashion, tmp_path):
+    """The sweep measures on held-out calibration images; the file it writes meets the target on them, and every
+    row tried with fewer ops in float fell short of it."""
+    from vit_keras.convert.sensitivity import format_sweep, held_out_count
+
+    target, images = 0.98, fashion[0][:300]
+    out = tmp_path / "swept.tflite"
+    summary = tflite_export.export_tflite(run_dir / "model.keras", out, quantize="int8", calibration=images,
+                                          calibration_size=300, min_agreement=target)
+    rows = summary["sweep"]
+    chosen = [row for row in rows if row.get("chosen")]
+    assert len(chosen) == 1 and chosen[0]["agreement"] >= target
+    assert all(row["agreement"] < target for row in rows if row["float_op_count"] < chosen[0]["float_op_count"])
+    assert all(row["bytes"] > 0 and row["latency_ms"] > 0 for row in rows)
+    assert rows[0]["float_ops"] == () and len(rows) >= 2  # full int8 first
+    held_out = images[-held_out_count(target):]
+    model = tflite_export.load_vit(run_dir / "model.keras")
+    agreement = np.mean(predict(out, held_out).argmax(-1) == keras_scores(model, held_out).argmax(-1))
+    assert agreement == pytest.approx(chosen[0]["agreement"])
+    assert "**(chosen)**" in format_sweep(rows)
+
+
+def test_layernorm_smoothing_is_exact_in_float(color_run):
+    """LayerNorm outputs divided per channel, the next FULLY_CONNECTED's input rows multiplied: the export graph
+    still equals Keras in float, and the factors are not all 1."""
+    import tensorflow as tf
+
+    from vit_keras.convert.graph import forward, norm_scales, qkv_scales
+
+    model, test = color_run["model"], color_run["test"][:32]
+    smoothing = norm_scales(model, color_run["test"][32:160])
+    assert len(smoothing) == 2  # norm1 and norm2 of the one block
+    assert max(float(np.abs(np.log(s)).max()) for s in smoothing.values()) > 0.1
+    scores = forward(model, tf.constant(test, tf.float32), raw_pixels=True, norm_scales=smoothing,
+                     qkv_scales=qkv_scales(model, test)).numpy()
+    np.testing.assert_allclose(scores, keras_scores(model, test), atol=1e-5)
+
+
+def tflite_bytes(function):
+    """A concrete tf.function converted to builtin-op TFLite bytes."""
+    import tensorflow as tf
+
+    return tf.lite.TFLiteConverter.from_concrete_functions([function.get_concrete_function()]).convert()
+
+
+def test_gpu_check_names_what_the_gpu_delegate_refuses(exported, reference, fashion, tmp_path):
+    """The static GPU check refuses what the GPU delegate's rules refuse (an op it does not build, a 3-input ADD_N,
+    a 2-D STRIDED_SLICE) and passes every op of the float exports; verify's table reports it per file."""
+    import tensorflow as tf
+
+    from vit_keras.convert.gpu_delegate import gpu_refusals
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 20), tf.float32)])
+    def refused(x):
+        return {"top": tf.math.top_k(x, 3)[0], "sum": tf.add_n([x, x * 2.0, x * 3.0]), "cut": x[:, 2:5]}
+
+    path = tmp_path / "refused.tflite"
+    path.write_bytes(tflite_bytes(refused))
+    counts, reasons, total = gpu_refusals(path)
+    assert counts == {"TOPK_V2": 1, "ADD_N": 1, "STRIDED_SLICE": 1} and total == 5, (counts, reasons)  # + 2 MULs
+    assert "ADD_N of 3 inputs" in reasons["ADD_N"][0] and "2-D" in reasons["STRIDED_SLICE"][0]
+    for mode in MODES:
+        counts, reasons, total = gpu_refusals(exported[mode])
+        assert counts == {} and total > 30, (mode, reasons)
+    rows = [verify(exported[mode], reference[:20], fashion[3][:20], fashion[2][:20], runs=2, runtimes=("interpreter",),
+                   threads=(1,)) for mode in ("float32", "int8")]
+    table = format_table(rows, threads=(1,), runtimes=("interpreter",))
+    assert table.splitlines()[0].split("|")[-3].strip() == "GPU delegate refuses"
+    assert all(line.split("|")[-3].strip() == "none" for line in table.splitlines()[2:])
+
+
+def attention_export(model, path, mode, calibration=None):
+    tflite_export.export_tflite(model, path, quantize=mode, labels=LABELS, attention_output=True,
+                                calibration=calibration, calibration_size=200)
+    return path
+
+
+def device_attention(path, images):
+    """The attention output of an exported file for uint8 images (N, H, W, 1), run by LiteRT: (N, gh, gw)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from vit_keras.convert.verify import model_input, prepare
+
+    interpreter = Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    dtype, _, norm = model_input(path)
+    scores, attention = interpreter.get_output_details()  # the scores first, as classifiers read them
+    assert list(scores["shape"]) == [1, 10]
+    maps = []
+    for image in prepare(images, dtype, norm):
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], image[None])
+        interpreter.invoke()
+        maps.append(interpreter.get_tensor(attention["index"])[0])
+    return np.stack(maps)
+
+
+def test_attention_output_equals_the_keras_rollout(run_dir, fashion, tmp_path):
+    """--attention-output: (1, grid_h, grid_w), equal to visualize.attention_heatmap within 1e-5 in float32
+    (the values are ~1/17; float32 rounding is ~1e-8) and correlated above 0.95 in int8; builtin ops only, one
+    XNNPACK partition, no op the GPU delegate refuses, and MediaPipe still classifies the file."""
+    import mediapipe as mp
+    from mediapipe.tasks.python import vision
+    from mediapipe.tasks.python.core.base_options import BaseOptions
+
+    from vit_keras import visualize
+    from vit_keras.convert.gpu_delegate import gpu_refusals
+
+    model = tflite_export.load_vit(run_dir / "model.keras")
+    test = fashion[2][:30]
+    expected = visualize.attention_heatmap(model, test)
+    float32 = attention_export(model, tmp_path / "attention_float32.tflite", "float32")
+    got = device_attention(float32, test)
+    assert got.shape == expected.shape == (30, 4, 4)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    report = delegation_report(float32)
+    assert report["partitions"] == 1 and not report["fallback"], report
+    assert gpu_refusals(float32)[0] == {}
+    int8 = attention_export(model, tmp_path / "attention_int8.tflite", "int8", calibration=fashion[0][:200])
+    got8 = device_attention(int8, test)
+    assert np.corrcoef(got8.ravel(), expected.ravel())[0, 1] > 0.95
+    assert delegation_report(int8)["partitions"] == 1
+    reference = keras_scores(model, test)
+    options = vision.ImageClassifierOptions(base_options=BaseOptions(model_asset_path=str(float32)), max_results=-1)
+    with vision.ImageClassifier.create_from_options(options) as classifier:
+        for i in confident(reference, 0.05)[:10]:
+            result = classifier.classify(mp.Image(image_format=mp.ImageFormat.SRGB,
+                                                  data=np.ascontiguousarray(np.repeat(test[i], 3, axis=-1))))
+            scores, attention = result.classifications  # the attention output is a second head, a patch a label
+            assert scores.head_name == "probability" and scores.categories[0].index == reference[i].argmax()
+            assert attention.head_name == "attention" and len(attention.categories) == 16
+            by_patch = {c.category_name: c.score for c in attention.categories}
+            np.testing.assert_allclose(by_patch["patch 2,3"], expected[i, 2, 3], atol=1e-5)
+
+
+@pytest.mark.parametrize("class_token", [True, False])
+def test_attention_output_of_a_gap_model(tmp_path, fashion, class_token):
+    """Under GAP the rollout reads the mean of the patch rows, as visualize.rollout_heatmap does for pooling="gap"."""
+    from vit_keras import visualize
+
+    keras.utils.set_random_seed(1)
+    model = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
+                                   mlp_dim=64, num_layers=2, num_classes=10, pooling="gap", class_token=class_token)
+    test = fashion[2][:5]
+    got = device_attention(attention_export(model, tmp_path / "gap.tflite", "float32"), test)
+    np.testing.assert_allclose(got, visualize.attention_heatmap(model, test), atol=1e-5)

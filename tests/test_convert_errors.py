@@ -214,3 +214,31 @@ def test_unknown_keywords_name_the_nearest_valid_one(vit_file, tmp_path):
     tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="float32", author="someone", version="2")
     written, _ = read_model_metadata(str(tmp_path / "m.tflite"))  # the metadata fields themselves pass, into the file
     assert written["author"] == "someone" and written["version"] == "2"
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(min_agreement=1.5), r"`min_agreement` \(--min-agreement\) must be a top-1 agreement in \(0, 1\].*1.5"),
+    (dict(min_agreement=0), r"in \(0, 1\].*got 0"),
+    (dict(min_agreement=-0.2), r"in \(0, 1\]"),
+    (dict(min_agreement="high"), r"in \(0, 1\].*'high'"),
+    (dict(min_agreement=0.99, quantize="float16"), "int8 only"),
+    (dict(min_agreement=0.995, calibration_size=250), r"`calibration_size` \(--calibration-size\) of at least 300: "
+                                                      "100 images to calibrate on and 200 held out.*got 250"),
+    (dict(min_agreement=0.995, calibration=images(260)), "at least 300 calibration images.*has 260"),
+])
+def test_min_agreement_bad_inputs_fail_before_any_conversion(vit_file, tmp_path, monkeypatch, settings, message):
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("converted despite bad input")
+
+    monkeypatch.setattr(tflite_export, "convert_graph", no_conversion)
+    settings = {"quantize": "int8", "calibration": images(500), "calibration_size": 500, **settings}
+    with pytest.raises(ValueError, match=message):
+        tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", **settings)
+    assert os.listdir(tmp_path) == []
+
+
+def test_cli_min_agreement_out_of_range(vit_file, tmp_path, capsys):
+    assert cli.main(["export", str(vit_file), "--calibration", "folder:/nonexistent", "--min-agreement", "2",
+                     "--out", str(tmp_path / "m.tflite")]) == 2
+    assert "--min-agreement) must be a top-1 agreement in (0, 1], such as 0.995; got 2.0" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []

@@ -1,6 +1,6 @@
 """Training under Keras's JAX backend: the CLI's run folder, DataParallel over two devices, resumption after a
-SIGKILL, the NaN stop, the backend's strategy choices, a JAX-trained model's TFLite export; and the NumPy input
-pipeline (vit_keras.array_pipeline) against the tf.data one.
+SIGKILL, the NaN stop, mixed precision, the backend's strategy choices, a JAX-trained model's TFLite export; a
+PyTorch run; and the NumPy input pipeline (vit_keras.array_pipeline) against the tf.data one.
 
 Keras picks its backend once per process, so each JAX part runs in a subprocess with KERAS_BACKEND=jax; the
 pipeline comparisons and the export run here, under TensorFlow.
@@ -72,6 +72,20 @@ def test_a_jax_run_writes_the_run_folder_and_its_model_exports_to_tflite(tmp_pat
         assert scores.shape == (16, 10), mode
         agreement = np.mean(scores.argmax(1) == expected.argmax(1))
         assert agreement >= (0.99 if mode == "float32" else 0.8), (mode, agreement)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_a_torch_run_writes_the_same_run_folder(tmp_path):
+    """Keras's torch trainer: one device, eager, one step per execution; crops from the NumPy pipeline."""
+    out = tmp_path / "run"
+    trained = run_cli("train", "--data", "fashion_mnist", "--limit", "192", "--epochs", "1", "--batch-size", "64",
+                      "--augment", "crop", "--out", str(out), "--quiet", *TINY_ARGS, env={"KERAS_BACKEND": "torch"})
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert {"model.keras", "checkpoint.keras", "config.json", "history.csv", "labels.txt"} <= set(os.listdir(out))
+    config = json.loads((out / "config.json").read_text())
+    assert config["completed"] and config["steps_per_epoch"] == 3 and np.isfinite(config["final_val_loss"])
+    assert vit_keras.load_model(str(out / "model.keras")).input_shape == (None, 28, 28, 1)
 
 
 @needs_jax
@@ -259,7 +273,8 @@ def test_random_resized_crops_sample_where_the_tf_data_crops_do():
                                        array_pipeline.interpolation_weights(left, w, 28, size[1]))
 
         def corners(start, extent, out):
-            return [((start + 0.5 * extent / out) * 28 + 0.5) / 29, ((start + extent - 0.5 * extent / out) * 28 + 0.5) / 29]
+            first, last = start + 0.5 * extent / out, start + extent - 0.5 * extent / out
+            return [(first * 28 + 0.5) / 29, (last * 28 + 0.5) / 29]
 
         (y1, y2), (x1, x2) = corners(top, h, size[0]), corners(left, w, size[1])
         boxes = np.stack([y1, x1, y2, x2], 1).astype("float32")

@@ -211,13 +211,13 @@ def build_for_fit(config, train_data, dist):
                          "training images; use a smaller batch size.")
     total = steps_per_epoch * config.epochs
     schedule = WarmupCosine(config.learning_rate, total, min(int(steps_per_epoch * config.warmup_epochs), total))
-    single_device = not strategies.is_distributed(dist)
-    tensorflow = keras.backend.backend() == "tensorflow"
-    micro = config.micro_batches if tensorflow and single_device and config.jit_compile else 1
-    jit_compile = config.jit_compile and micro == 1 and keras.backend.backend() != "torch"
+    single_device, backend = not strategies.is_distributed(dist), keras.backend.backend()
+    micro = config.micro_batches if backend == "tensorflow" and single_device and config.jit_compile else 1
+    # Keras 3.15: one step per execution under tf.distribute (its multi-step loop fails there) and on torch.
+    several_steps = backend == "jax" or (backend == "tensorflow" and single_device)
     compile_model(model, schedule, config.precision, config.weight_decay, config.label_smoothing,
-                  jit_compile=jit_compile,
-                  steps_per_execution=config.steps_per_execution if single_device or not tensorflow else 1)
+                  jit_compile=config.jit_compile and micro == 1 and backend != "torch",
+                  steps_per_execution=config.steps_per_execution if several_steps else 1)
     if micro > 1:
         from .microbatch import enable_micro_batches
 

@@ -91,8 +91,8 @@ class TrainConfig:
     backup_every: "epoch" or a number of steps between the backups a rerun resumes from.
     strategy: one of the Keras backend's (``vit_keras.constants.BACKEND_STRATEGIES``; ``vit_keras.strategies``).
     steps_per_execution: steps per call into the backend's compiled step: fewer Python round trips and callback
-      syncs, the same results. Under tf.distribute strategies it is 1 (Keras 3.15's multi-step loop fails under
-      MirroredStrategy).
+      syncs, the same results. Under tf.distribute strategies and on torch it is 1 (Keras 3.15's multi-step loop
+      fails under MirroredStrategy; its torch trainer has none).
     micro_batches: > 1 computes each batch's gradients as that many concurrent XLA programs on a single device
       with ``jit_compile`` under TensorFlow (``vit_keras.microbatch``; BatchNorm then sees micro-batch
       statistics); other backends run one program per step.

@@ -11,9 +11,15 @@ def add_arguments(parser):
     parser.add_argument("--calibration", default=None, metavar="DATA",
                         help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH")
     parser.add_argument("--calibration-size", type=int, default=300, help="calibration images (default 300)")
+    parser.add_argument("--min-agreement", type=float, default=None, metavar="FRACTION",
+                        help="int8: keep the fewest ops in float whose top-1 agreement with Keras, on a held-out "
+                             "part of the calibration images, is at least this (e.g. 0.995); prints the rows tried")
     parser.add_argument("--out", default="model.tflite", help="output .tflite (written atomically)")
     parser.add_argument("--labels", default=None, metavar="FILE", help="class names, one a line (default: beside MODEL)")
     parser.add_argument("--dynamic-batch", action="store_true", help="a dynamic batch dimension instead of batch 1")
+    parser.add_argument("--attention-output", action="store_true",
+                        help="a second output: the attention rollout over the patch grid, (1, grid_h, grid_w), "
+                             "which classify, serve and export-web draw over the image")
     parser.add_argument("--name", default=None, help="model name in the metadata")
     parser.add_argument("--description", default=None, help="model description in the metadata")
     parser.add_argument("--version", default="1", help="model version in the metadata")
@@ -33,9 +39,15 @@ def run(args):
 
     summary = export_tflite(
         args.model, args.out, quantize=args.quantize, calibration=args.calibration, labels=args.labels,
-        dynamic_batch=args.dynamic_batch, calibration_size=args.calibration_size, name=args.name,
+        dynamic_batch=args.dynamic_batch, calibration_size=args.calibration_size,
+        min_agreement=args.min_agreement, attention_output=args.attention_output, name=args.name,
         description=args.description, version=args.version, license=args.license,
     )
     print(f"wrote {summary['path']} ({summary['bytes'] / 1e6:.2f} MB, {summary['quantize']}, input "
           f"{summary['input_dtype']} {summary['input_shape']}, {summary['labels']} labels)")
+    if "sweep" in summary:
+        from vit_keras.convert.sensitivity import format_sweep
+
+        print(f"ops kept in float: the fewest meeting --min-agreement {args.min_agreement} on the held-out images\n"
+              + format_sweep(summary["sweep"]))
     return 0

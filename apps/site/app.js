@@ -151,12 +151,41 @@ function showError(source, text) {
   setMessage(`${source}: ${text}`, "error");
 }
 
+/** The file's attention output, which MediaPipe returns as a second head ("attention", one category a patch
+ * named "patch ROW,COL"), as rows of the patch grid scaled to [0, 1]; null for a file without one. */
+function attentionGrid(result) {
+  const head = result.classifications.find((h) => h.headName === "attention");
+  if (!head || !head.categories.length) return null;
+  const cells = head.categories.map((c) => [...c.categoryName.matchAll(/\d+/g)].map(Number).concat(c.score));
+  const rows = 1 + Math.max(...cells.map((c) => c[0]));
+  const columns = 1 + Math.max(...cells.map((c) => c[1]));
+  const grid = Array.from({length: rows}, () => new Array(columns).fill(0));
+  for (const [row, column, score] of cells) grid[row][column] = score;
+  const low = Math.min(...grid.flat());
+  const span = Math.max(...grid.flat()) - low;
+  return grid.map((row) => row.map((value) => (span > 0 ? (value - low) / span : 0)));
+}
+
+/** Tints each patch of the canvas by its attention: more attended, more opaque and yellower. */
+function drawAttention(canvas, grid) {
+  const context = canvas.getContext("2d");
+  const height = canvas.height / grid.length;
+  const width = canvas.width / grid[0].length;
+  grid.forEach((row, r) => row.forEach((value, c) => {
+    context.fillStyle = `rgba(255, ${Math.round(220 * value)}, 0, ${(0.6 * value).toFixed(3)})`;
+    context.fillRect(c * width, r * height, width, height);
+  }));
+}
+
 function classify(image, source) {
   const start = performance.now();
   const result = classifier.classify(image);
   const ms = performance.now() - start;
-  const categories = result.classifications[0]?.categories ?? [];
+  const categories = (result.classifications[0]?.categories ?? []).slice(0, TOP_K);
   showResult(source, categories.map((c) => c.displayName || c.categoryName), categories.map((c) => c.score), ms);
+  const attention = attentionGrid(result);
+  if (attention && image instanceof HTMLCanvasElement) drawAttention(image, attention);  // after classifying it
+  window.lastResult.attention = attention;
 }
 
 function finished() {
@@ -241,7 +270,8 @@ async function start() {
   try {
     classifier = await ImageClassifier.createFromOptions(
       {wasmLoaderPath: wasm + "vision_wasm_internal.js", wasmBinaryPath: wasm + "vision_wasm_internal.wasm"},
-      {baseOptions: {modelAssetPath: app.dataset.model, delegate: "CPU"}, maxResults: TOP_K, runningMode: "IMAGE"});
+      // Every category: maxResults applies to each head, and the attention head needs all its patches.
+      {baseOptions: {modelAssetPath: app.dataset.model, delegate: "CPU"}, maxResults: -1, runningMode: "IMAGE"});
   } catch (error) {
     element("status").textContent = "The model could not be loaded.";
     setMessage(`${error.message || error}`, "error");

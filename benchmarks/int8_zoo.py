@@ -1,0 +1,202 @@
+"""int8 on a zoo of models trained differently: ours against ai-edge-quantizer's recipes, on held-out images.
+
+    .venv/bin/python benchmarks/int8_zoo.py --quick            # tiny trainings (minutes): checks the script
+    .venv/bin/python benchmarks/int8_zoo.py --cache zoo_models # the full zoo (hours of training, cached)
+
+Each zoo model is trained on Fashion-MNIST (or loaded from ``--cache``), exported to float32 and to int8 by
+our exporter (with and without LayerNorm smoothing, and with ``min_agreement``), and the same float32 file is
+quantized by ai-edge-quantizer (``pip install ai-edge-quantizer==0.10.0``; its rows are skipped without it).
+Agreement and accuracy are measured on test images that neither training nor calibration saw; latency is
+LiteRT's, batch 1, both runtimes, 1 and 2 threads, as a ratio to our float32 file.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np
+
+# name -> vit_keras.train.train options (the issue's zoo: recipes, and models trained differently)
+ZOO = {
+    "quick": dict(recipe="quick"),
+    "long": dict(recipe="long"),
+    "no_label_smoothing": dict(recipe="quick", label_smoothing=0.0),
+    "heads_8x8": dict(recipe="quick", model_overrides=dict(hidden_size=64, num_heads=8)),
+    "own_normalization": dict(recipe="quick", model_overrides=dict(pixel_mean=(0.286,), pixel_std=(0.353,))),
+    "plain_gap": dict(recipe="quick", model_overrides=dict(stem=None)),
+    "token_pooling": dict(recipe="quick", model_overrides=dict(pooling="token", class_token=True)),
+    "hybrid_r26": dict(recipe="quick", model_overrides=dict(stem="r26")),
+    "trained_4x": dict(recipe="quick", epochs=48),
+}
+# static_wi8_ai16 (a16w8) is left out: it gives the file int16 inputs, which LiteRT's CompiledModel buffers refuse
+# ("Unsupported dtype: int16") and verify.prepare does not quantize.
+AEQ_RECIPES = ("static_wi8_ai8", "dynamic_wi8_afp32")
+CALIBRATION = 300
+
+
+def train_or_load(name, options, cache, quick):
+    """The zoo model's .keras path, trained into ``cache/name`` unless it is there already."""
+    from vit_keras.train import train
+
+    folder = os.path.join(cache, name + ("_quick" if quick else ""))
+    path = os.path.join(folder, "model.keras")
+    if not os.path.exists(path):
+        options = dict(options)
+        if quick:  # the 4x model keeps its ratio to the quick one
+            options.update(epochs=4 if name == "trained_4x" else 1, limit=4000)
+        train("fashion_mnist", folder, verbose=0, tensorboard=False, **options)
+    return path
+
+
+def ai_edge_quantize(float_path, recipe_name, images, out):
+    """``float_path`` quantized by ai-edge-quantizer's ``recipe_name``, calibrated on ``images`` (uint8)."""
+    from ai_edge_quantizer import quantizer, recipe
+
+    from vit_keras.convert.verify import model_input, prepare
+
+    dtype, _, norm = model_input(float_path)
+    with open(float_path, "rb") as f:
+        q = quantizer.Quantizer(with_signature(f.read()), getattr(recipe, recipe_name)())
+    calibration = None
+    if q.need_calibration:
+        calibration = q.calibrate({"serving_default": [{"image": x[None]} for x in prepare(images, dtype, norm)]})
+    data = q.quantize(calibration, enable_progress_report=False).quantized_model
+    with open(out, "wb") as f:  # it keeps the float file's metadata (normalization, labels)
+        f.write(bytes(data))
+    return out
+
+
+def with_signature(model_bytes):
+    """The flatbuffer with a "serving_default" signature (image -> scores), which ai-edge-quantizer needs; the
+    converter does not always write one for our concrete function."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
+    graph = model.subgraphs[0]
+
+    def tensor_map(name, index):
+        entry = schema.TensorMapT()
+        entry.name, entry.tensorIndex = name, int(index)
+        return entry
+
+    signature = schema.SignatureDefT()
+    signature.signatureKey, signature.subgraphIndex = "serving_default", 0
+    signature.inputs, signature.outputs = [tensor_map("image", graph.inputs[0])], [tensor_map("scores", graph.outputs[0])]
+    model.signatureDefs = [signature]
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytearray(builder.Output())
+
+
+def measure(path, reference, labels, images, runs):
+    from vit_keras.constants import RUNTIMES
+    from vit_keras.convert.verify import latency_ms, predict
+
+    scores = predict(path, images)
+    row = {"agreement": float(np.mean(scores.argmax(-1) == reference.argmax(-1))),
+           "accuracy": float(np.mean(scores.argmax(-1) == labels)), "bytes": os.path.getsize(path)}
+    for runtime in RUNTIMES:
+        for threads in (1, 2):
+            row[f"{runtime}_{threads}t"] = latency_ms(path, runtime, threads, runs=runs)
+    return row
+
+
+def zoo_rows(name, keras_path, calibration, test, test_labels, folder, runs):
+    """{variant: measured row} for one zoo model."""
+    from vit_keras.convert.export import export_tflite, load_vit
+    from vit_keras.convert.graph import keras_scores
+    from vit_keras.pipeline import fit_images
+
+    model = load_vit(keras_path)
+    size, channels = model.vit_config["image_size"], model.vit_config["channels"]
+    calibration, test = fit_images(calibration, size, channels), fit_images(test, size, channels)
+    reference = keras_scores(model, test)
+    rows = {"keras": {"accuracy": float(np.mean(reference.argmax(-1) == test_labels))}}
+    files = {"float32": dict(quantize="float32"), "ours int8": dict(quantize="int8", calibration=calibration),
+             "ours int8 sweep 0.995": dict(quantize="int8", calibration=calibration, min_agreement=0.995)}
+    for variant, settings in files.items():
+        path = os.path.join(folder, f"{name}_{variant.replace(' ', '_')}.tflite")
+        export_tflite(model, path, labels=[str(i) for i in range(model.vit_config["num_classes"])], **settings)
+        rows[variant] = measure(path, reference, test_labels, test, runs)
+    rows["ours int8, no smoothing"] = no_smoothing_row(model, calibration, test, reference, folder)
+    try:
+        import ai_edge_quantizer  # noqa: F401
+    except ImportError:
+        return rows
+    for recipe_name in AEQ_RECIPES:
+        out = os.path.join(folder, f"{name}_aeq_{recipe_name}.tflite")
+        rows[f"aeq {recipe_name}"] = measure(ai_edge_quantize(os.path.join(folder, f"{name}_float32.tflite"),
+                                                              recipe_name, calibration, out),
+                                             reference, test_labels, test, runs)
+    return rows
+
+
+def no_smoothing_row(model, calibration, test, reference, folder):
+    """Agreement of our default int8 graph without the LayerNorm smoothing (the technique's measured effect)."""
+    from vit_keras.convert.export import convert_graph, default_float_nodes, quantize_int8
+    from vit_keras.convert.graph import norm_count
+    from vit_keras.convert.verify import predict
+
+    calibrated = convert_graph(model, "int8", calibration, smooth_norms=False)
+    path = os.path.join(folder, "no_smoothing.tflite")
+    with open(path, "wb") as f:
+        f.write(quantize_int8(calibrated, num_norms=norm_count(model),
+                              float_nodes=default_float_nodes(model, calibrated)))
+    return {"agreement": float(np.mean(predict(path, test).argmax(-1) == reference.argmax(-1)))}
+
+
+def format_rows(name, rows):
+    base = rows["float32"]
+    keras_accuracy = rows["keras"]["accuracy"]
+    lines = []
+    for variant, row in rows.items():
+        if variant in ("keras", "float32"):
+            continue
+        cells = [name, variant, f"{100 * row['agreement']:.2f}%"]
+        if "accuracy" in row:
+            cells += [f"{100 * (keras_accuracy - row['accuracy']):+.2f}", f"{row['bytes'] / base['bytes']:.2f}"]
+            cells += [f"{row[key] / base[key]:.2f}" for key in base if key.endswith(("_1t", "_2t"))]
+        else:
+            cells += ["-"] * 6
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 epoch on 4,000 images a model, 1,000 test images")
+    parser.add_argument("--cache", default=None, help="folder of trained zoo models (default: a temporary one)")
+    parser.add_argument("--models", default=",".join(ZOO), help="comma-separated zoo names")
+    parser.add_argument("--test-images", type=int, default=None, help="held-out test images (default 10,000)")
+    parser.add_argument("--runs", type=int, default=None, help="latency runs a measurement")
+    args = parser.parse_args(argv)
+    from vit_keras.data import load_arrays
+
+    names = [n for n in args.models.split(",") if n]
+    unknown = sorted(set(names) - set(ZOO))
+    if unknown:
+        parser.error(f"unknown --models {', '.join(unknown)}; valid: {', '.join(ZOO)}")
+    n_test = args.test_images or (1000 if args.quick else 10000)
+    runs = args.runs or (20 if args.quick else 100)
+    train_images = load_arrays("fashion_mnist", "train")[0]
+    calibration = train_images[-CALIBRATION:]  # the end of train: --quick's trainings (limit) never saw it
+    test, test_labels = load_arrays("fashion_mnist", "test", limit=n_test)[:2]
+    header = ["model", "file", "int8 agreement", "accuracy lost (points)", "size ratio", "Interpreter 1T",
+              "Interpreter 2T", "CompiledModel 1T", "CompiledModel 2T"]
+    print(f"{n_test:,} Fashion-MNIST test images; latency ratios to our float32 file, batch 1.\n")
+    print("| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
+    with tempfile.TemporaryDirectory() as scratch:
+        cache = args.cache or scratch
+        for name in names:
+            path = train_or_load(name, ZOO[name], cache, args.quick)
+            rows = zoo_rows(name, path, calibration, test, test_labels, scratch, runs)
+            print("\n".join(format_rows(name, rows)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The attention rollout as a second output of the export graph: built in the graph, ordered after the scores,
+described in the metadata.
+
+The rollout (Abnar & Zuidema, 2020) is what vit_keras.visualize.attention_heatmap computes from the Keras model;
+here the converter gets it as builtin ops, so the device draws the map from its own output.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from .graph import token_slice
+
+
+def readout_row(weights, prefix, gap):
+    """The row of one head's attention (B, queries, T) that the prediction reads: the class token's, or under
+    GAP the mean of the patch tokens' rows. (B, 1, T)."""
+    if gap:
+        return tf.reduce_mean(token_slice(weights, prefix), axis=1, keepdims=True)
+    return weights if weights.shape[1] == 1 else token_slice(weights, 0, 1)
+
+
+def attention_rollout(model, maps):
+    """The attention rollout (Abnar & Zuidema, 2020) of ``maps`` (``forward``'s attention_maps), as
+    vit_keras.visualize.attention_heatmap computes it, over the patch grid: (B, grid_h, grid_w).
+
+    Only the row the prediction reads is carried, from the last block down: row <- row (A + I) / 2, with A the
+    heads' mean (its rows sum to 1, so (A + I) / 2 is the renormalized matrix): one vector-matrix
+    BATCH_MATMUL a head and block. Its ADDs are named, so int8 can keep them in float (``rollout_output_names``
+    finds the last op, which the converter renames after the output)."""
+    encoder = model.patch_encoder
+    prefix, gap = int(bool(encoder.class_token)), model.pooling_layer.pooling != "token"
+    tokens = maps[0][0].shape[-1]
+    start = np.zeros((1, 1, tokens), "float32")  # the identity's part of the first row
+    if gap:
+        start[..., prefix:] = 1.0 / (tokens - prefix)
+    else:
+        start[..., 0] = 1.0
+    row = None
+    for heads in reversed(maps):
+        parts = [readout_row(w, prefix, gap) for w in heads] if row is None else [tf.matmul(row, w) for w in heads]
+        total = parts[0]
+        for part in parts[1:]:
+            total = tf.add(total, part, name="attention_rollout")
+        identity = tf.constant(0.5 * start) if row is None else row * 0.5
+        row = tf.add(total * (0.5 / len(heads)), identity, name="attention_rollout")
+    batch = row.shape[0]  # the patches' columns (a SLICE at a static batch, as token_slice does for rows)
+    patches = row[:, :, prefix:] if batch is None else tf.slice(row, [0, 0, prefix], [batch, 1, tokens - prefix])
+    return tf.reshape(patches, (-1, *encoder.grid_size))
+
+
+ATTENTION_LABELS = "attention_labels.txt"
+
+
+def attention_labels(model):
+    """One name a patch, row-major ("patch ROW,COL"): MediaPipe's ImageClassifier reads every output as a
+    classification head, and a head needs as many labels as values."""
+    height, width = model.patch_encoder.grid_size
+    return [f"patch {row},{col}" for row in range(height) for col in range(width)]
+
+
+def attention_metadata(model):
+    """The output metadata of ``attention_output``'s rollout map (what apps/classifier.py reads as attention)."""
+    height, width = model.patch_encoder.grid_size
+    return {"name": "attention",
+            "description": f"Attention rollout (Abnar & Zuidema, 2020) over the {height}x{width} patch grid, from the "
+                           "token the prediction reads; unnormalized weights, larger means more attended.",
+            "content": {"content_properties_type": "FeatureProperties", "content_properties": {}},
+            "associated_files": [{"name": ATTENTION_LABELS, "description": "The patches, row-major.",
+                                  "type": "TENSOR_AXIS_LABELS"}]}
+
+
+def rollout_output_names(model_bytes):
+    """The tensor names of the converted model's rollout output (every output but the 2-D scores): the names by
+    which int8 keeps its last op in float."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    graph = schema.Model.GetRootAs(model_bytes, 0).Subgraphs(0)
+    tensors = [graph.Tensors(int(t)) for t in graph.OutputsAsNumpy()]
+    return [t.Name().decode("utf-8") for t in tensors if t.ShapeLength() != 2]
+
+
+def scores_output_first(model_bytes):
+    """The flatbuffer with its (1, classes) scores as the subgraph's first output: the converter orders several
+    outputs as it likes, and MediaPipe's ImageClassifier and Android read the first as the classification."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    data = bytearray(model_bytes)
+    graph = schema.Model.GetRootAs(data, 0).Subgraphs(0)
+    outputs = graph.OutputsAsNumpy()  # a view into ``data``: swapping its entries edits the file in place
+    first = next(i for i, t in enumerate(outputs) if graph.Tensors(int(t)).ShapeLength() == 2)
+    outputs[[0, first]] = outputs[[first, 0]]
+    return bytes(data)
