@@ -211,7 +211,7 @@ def convert(model, quantize="float32", calibration=None, dynamic_batch=False, fl
     return scores_output_first(model_bytes)
 
 
-def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False, smooth_norms=True,
+def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False, smooth_norms=False,
                   attention_output=False):
     """The TFLite converter's output: the final model, or for int8 the calibrated float model.
 
