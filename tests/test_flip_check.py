@@ -41,3 +41,39 @@ def test_a_symmetric_toy_set_keeps_and_a_mirrored_one_does_not():
 def test_too_few_images_is_a_clear_error():
     with pytest.raises(ValueError, match=">= 10 labelled images"):
         flip_check.flips_keep_labels(np.zeros((3, 8, 8), np.uint8), np.zeros(3, np.int64))
+
+
+def digits_data():
+    from sklearn.datasets import load_digits
+
+    from vit_keras.data import ArrayDataset
+
+    digits = load_digits()
+    images = np.clip(digits.images * 16, 0, 255).astype(np.uint8)[..., None]
+    return ArrayDataset(images, digits.target.astype(np.int64), [str(d) for d in range(10)])
+
+
+def test_training_turns_the_recipes_flips_off_on_digits_and_warns_when_asked(capsys):
+    from vit_keras.train import choose_flips
+    from vit_keras.train_config import TrainConfig
+
+    data = digits_data()
+    assert TrainConfig("folder:x").augment == "flip"  # the recipe's default
+    assert choose_flips(TrainConfig("folder:x"), data) is False
+    assert "flips off" in capsys.readouterr().out
+    assert choose_flips(TrainConfig("folder:x", augment="flip"), data) is True  # asked for: kept, with a warning
+    out = capsys.readouterr().out
+    assert "warning: `augment`='flip'" in out and "among them flipped" in out
+    assert choose_flips(TrainConfig("folder:x", augment="none"), data) is False
+    assert "augment_from_recipe" not in TrainConfig.option_names()
+
+
+def test_training_keeps_flips_on_clothes(fashion_train, capsys):
+    from vit_keras.data import ArrayDataset
+    from vit_keras.train import choose_flips
+    from vit_keras.train_config import TrainConfig
+
+    images, labels = fashion_train[:2]
+    data = ArrayDataset(images[:5000], labels[:5000], [str(i) for i in range(10)])
+    assert choose_flips(TrainConfig("fashion_mnist"), data) is True
+    assert capsys.readouterr().out == ""

@@ -196,7 +196,29 @@ def load_splits(config):
 
     sources = dict(limit=config.limit, seed=config.seed, data_dir=config.data_dir, val_fraction=config.val_fraction,
                    image_size=decode_size(config.data, config.model_name, config.image_size, config.weights))
-    return load_dataset(config.data, "train", **sources), load_dataset(config.data, "val", **sources)
+    train_data, val_data = load_dataset(config.data, "train", **sources), load_dataset(config.data, "val", **sources)
+    for split, data in (("training", train_data), ("validation", val_data)):
+        print(f"{split}: {len(data.labels):,} images of {config.data}" + (f", {data.source}" if data.source else ""))
+    return train_data, val_data
+
+
+def choose_flips(config, train_data):
+    """Left-right flips for ``config.augment``, unless the flip rule (``vit_keras.flip_check``) finds that they
+    change this data's labels: then the recipe's flips are turned off, and flips asked for get a warning."""
+    if config.augment == "none" or len(train_data.labels) < 20:  # too few images to tell
+        return config.augment != "none"
+    from . import flip_check
+
+    keep, plain, flipped = flip_check.flips_keep_labels(train_data.images, train_data.labels, config.seed)
+    if keep:
+        return True
+    if config.augment_from_recipe:
+        print(f"flips off: they look label-changing on this data ({flip_check.describe(plain, flipped)}); "
+              "`--augment flip` asks for them anyway.")
+        return False
+    print(f"warning: `augment`={config.augment!r} flips images, but flips look label-changing on this data "
+          f"({flip_check.describe(plain, flipped)}).")
+    return True
 
 
 def build_for_fit(config, train_data, dist):
@@ -248,7 +270,8 @@ def input_pipelines(vit, config, train_data, val_data, dist=None):
     the validation set ends at a multiple of the device count (fewer than that many images are left out)."""
     options = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
                    seed=config.seed, batch_size=config.batch_size)
-    augment = dict(augment=config.augment, crop_scale=config.crop_scale, mixup=config.mixup, cutmix=config.cutmix)
+    augment = dict(augment=config.augment, crop_scale=config.crop_scale, mixup=config.mixup, cutmix=config.cutmix,
+                   flip=choose_flips(config, train_data))
     if keras.backend.backend() == "tensorflow":
         from .pipeline import make_dataset
 

@@ -130,11 +130,13 @@ class TrainConfig:
     verbose: int | str = "auto"
     tensorboard: bool = True
     model_overrides: dict | None = None
+    # Whether ``augment`` is the recipe's (not asked for): the flip rule may then turn its flips off.
+    augment_from_recipe: bool = dataclasses.field(default=False, init=False, repr=False)
 
     @classmethod
     def option_names(cls):
-        """The keywords ``train`` takes: every field but ``data``."""
-        return [field.name for field in dataclasses.fields(cls) if field.name != "data"]
+        """The keywords ``train`` takes: every field but ``data`` and the derived ones."""
+        return [field.name for field in dataclasses.fields(cls) if field.init and field.name != "data"]
 
     def __post_init__(self):
         check_choice(self.recipe, "recipe", tuple(RECIPES))
@@ -151,6 +153,7 @@ class TrainConfig:
     def fill_from_recipe(self):
         """Unset hyper-parameters take the recipe's values; the crop scale becomes a [min, max] list."""
         defaults = RECIPES[self.recipe]
+        object.__setattr__(self, "augment_from_recipe", self.augment is None)
         keep_drop_path = is_saved_model(self.weights)  # a fine-tuned saved model keeps its own unless asked
         for name in RECIPE_SETTINGS:
             if getattr(self, name) is None and not (name == "drop_path" and keep_drop_path):

@@ -30,7 +30,9 @@ def add_arguments(parser):
     parser.add_argument("--label-smoothing", type=float, default=None)
     parser.add_argument("--drop-path", type=float, default=None)
     parser.add_argument("--warmup-epochs", type=float, default=None)
-    parser.add_argument("--augment", choices=AUGMENTATIONS, default=None)
+    parser.add_argument("--augment", choices=AUGMENTATIONS, default=None,
+                        help="augmentation (default: the recipe's flips, turned off where a nearest-neighbour check of "
+                             "the training data finds that flips change labels, as on digits or text)")
     parser.add_argument("--crop-scale", type=float, default=None, metavar="MIN",
                         help="smallest area fraction kept by --augment crop / randaugment (0 < MIN <= 1)")
     parser.add_argument("--mixup", type=float, default=None, help="MixUp alpha (0: off)")
