@@ -459,6 +459,10 @@ def test_gpu_check_names_what_the_gpu_delegate_refuses(exported, reference, fash
     table = format_table(rows, threads=(1,), runtimes=("interpreter",))
     assert table.splitlines()[0].split("|")[-3].strip() == "GPU delegate refuses"
     assert all(line.split("|")[-3].strip() == "none" for line in table.splitlines()[2:])
+    from vit_keras.convert.verify import gpu_note
+
+    # No GPU adapter, no verdict: the note says nothing ran on a GPU rather than guess (a GPU machine gets verdicts).
+    assert ("nothing ran on a GPU" in gpu_note(rows)) == all(row["litert_gpu"] is None for row in rows)
 
 
 def attention_export(model, path, mode, calibration=None):
@@ -535,3 +539,10 @@ def test_attention_output_of_a_gap_model(tmp_path, fashion, class_token):
     test = fashion[2][:5]
     got = device_attention(attention_export(model, tmp_path / "gap.tflite", "float32"), test)
     np.testing.assert_allclose(got, visualize.attention_heatmap(model, test), atol=1e-5)
+
+
+def test_attention_output_refuses_the_float_ops_sweep(run_dir, fashion, tmp_path):
+    with pytest.raises(ValueError, match="`attention_output` and `min_agreement` do not combine"):
+        tflite_export.export_tflite(run_dir / "model.keras", tmp_path / "x.tflite", quantize="int8",
+                                    calibration=fashion[0][:200], attention_output=True, min_agreement=0.99)
+    assert not (tmp_path / "x.tflite").exists()
