@@ -21,6 +21,7 @@ TensorFlow and JAX; the torch backend runs eagerly (no torch.compile).
 """
 
 import math
+import os
 import time
 
 import keras
@@ -186,7 +187,14 @@ def train_with_config(config, out_dir):
     finished = runs.start_run(out_dir, record, chief)
     if finished:
         return finished
-    seconds = fit(model, config, out_dir, train_data, val_data, worker=None if chief else task, dist=dist)
+    try:
+        seconds = fit(model, config, out_dir, train_data, val_data, worker=None if chief else task, dist=dist)
+    except FileNotFoundError:
+        # A worker may still write its last backup when the chief, done, removes every task's backups: the run
+        # is complete, not broken, once the chief has recorded it so.
+        if chief or not runs.read_json(os.path.join(out_dir, "config.json")).get("completed"):
+            raise
+        seconds = 0.0
     return runs.finish_run(out_dir, model, record, seconds, chief)
 
 
