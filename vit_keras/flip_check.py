@@ -8,13 +8,9 @@ flipped shirt is a shirt), so the second accuracy stays a good part of the first
 collapses towards chance (a mirrored 2 is not a 2). docs/benchmarks.md has the measured values behind the threshold.
 """
 
-import logging
-
 import numpy as np
 
 from .constants import LUMA_WEIGHTS
-
-log = logging.getLogger(__name__)
 
 # Flips are taken as label-preserving when nearest neighbours among flipped images keep at least this share of
 # the plain nearest-neighbour accuracy.
@@ -60,11 +56,11 @@ def flip_consistency(images, labels, seed=0, max_images=MAX_PROBE_IMAGES, held_o
     images, labels = images[order], labels[order]
     split = len(images) - max(int(len(images) * held_out), 1)
     plain = thumbnails(images)
-    flipped = thumbnails(images[:, :, ::-1])
+    flipped = thumbnails(images[:split, :, ::-1])  # only the training part is looked up flipped
     train_labels, query_labels = labels[:split], labels[split:]
     queries = plain[split:]
     return (nearest_neighbour_accuracy(plain[:split], train_labels, queries, query_labels),
-            nearest_neighbour_accuracy(flipped[:split], train_labels, queries, query_labels))
+            nearest_neighbour_accuracy(flipped, train_labels, queries, query_labels))
 
 
 def flips_keep_labels(images, labels, seed=0):
