@@ -196,14 +196,19 @@ def _stack_images(images, target_size):
     return out
 
 
+def class_folder_names(path):
+    """The sorted class sub-folder names of ``path`` (hidden ones skipped), without reading the images."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"Image folder {path!r} does not exist (expected one sub-folder per class).")
+    return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)) and not d.startswith("."))
+
+
 def list_folder(path, require_classes=True):
     """``(files, labels, class_names)`` of a class-per-sub-folder tree, sorted, with clear errors.
 
     ``require_classes``: refuse a tree with images of fewer than two classes (a training set); an evaluation split
     may hold fewer."""
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"Image folder {path!r} does not exist (expected one sub-folder per class).")
-    class_names = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)) and not d.startswith("."))
+    class_names = class_folder_names(path)
     for name in class_names:  # they become labels.txt, one per line, and the model's metadata
         if name != name.strip() or not name.isprintable():  # not printable: also undecodable bytes, newlines
             raise ValueError(f"Class folder {os.path.join(path, name)!r}: class names (folder names) must be "
@@ -308,23 +313,22 @@ def folder_split(path, split, seed, val_fraction, whole=False):
         if whole:
             return files, labels, class_names, "the whole folder"
         return _held_out(files, labels, class_names, split, seed, val_fraction)
-    class_names = list_folder(layout["train"])[2]
-    for name, folder in layout.items():
-        others = list_folder(folder, require_classes=False)[2]
+    train_files, train_labels, class_names = list_folder(layout["train"])
+    for folder in layout.values():
+        others = class_folder_names(folder)
         if others != class_names:
             raise ValueError(f"The split folders of {path!r} name different classes: train/ has {class_names}, "
                              f"{os.path.basename(folder)}/ has {others}. Every split needs the same class folders.")
     given = layout.get(split) or layout.get({"val": "test", "test": "val"}.get(split, ""))
     if split == "train" and len(layout) > 1 or split != "train" and given:
         folder = layout["train"] if split == "train" else given
-        files, labels, _ = list_folder(folder, require_classes=False)
+        files, labels = (train_files, train_labels) if split == "train" else list_folder(folder, False)[:2]
         missing = sorted(set(class_names) - {class_names[i] for i in set(labels.tolist())})
         if missing:
             log.warning("%s/ of %s has no images of %d class(es): %s.", os.path.basename(folder), path,
                         len(missing), ", ".join(missing))
         return files, labels, class_names, f"its {os.path.basename(folder)}/ folder"
-    files, labels, _ = list_folder(layout["train"])
-    return _held_out(files, labels, class_names, split, seed, val_fraction, "train/")
+    return _held_out(train_files, train_labels, class_names, split, seed, val_fraction, "train/")
 
 
 def _held_out(files, labels, class_names, split, seed, val_fraction, where="the folder"):
