@@ -247,8 +247,9 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
     return "\n".join(lines)
 
 
-def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2)):
-    """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data``."""
+def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2), data_dir=None):
+    """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data`` (tfds' folder:
+    ``data_dir``)."""
     from vit_keras.data import load_dataset
     from vit_keras.pipeline import fit_images
     from vit_keras.runs import data_split
@@ -260,7 +261,7 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
         if not os.path.isfile(path):
             raise FileNotFoundError(f"`tflite` file {path!r} does not exist.")
     model = load_vit(keras_path)
-    dataset = load_dataset(data, split=split, limit=limit, image_size=model.vit_config["image_size"],
+    dataset = load_dataset(data, split=split, limit=limit, image_size=model.vit_config["image_size"], data_dir=data_dir,
                            **data_split(keras_path, data))  # the training folder's held-out part, else all of it
     images = fit_images(dataset.images, model.vit_config["image_size"], model.vit_config["channels"])
     labels = dataset.labels

@@ -1,10 +1,14 @@
-"""`vit-keras train`: train a ViT on Fashion-MNIST, a tfds dataset or a folder of images; rerun to resume."""
+"""`vit-keras train`: train a ViT on Fashion-MNIST, a tfds dataset or a folder of images; rerun to resume.
+
+With --export (and --web) it then ships the run: the .tflite files, their verify report and the browser site
+(apps/ship.py), skipping on a rerun what is up to date.
+"""
 
 import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
-from vit_keras.constants import AUGMENTATIONS, BACKEND_STRATEGIES, PRECISIONS, RECIPES, STRATEGIES
+from vit_keras.constants import AUGMENTATIONS, BACKEND_STRATEGIES, PRECISIONS, QUANTIZATIONS, RECIPES, STRATEGIES
 
 OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
@@ -57,6 +61,14 @@ def add_arguments(parser):
                              "(keeps a small CPU's cores busy; default 2, 1: one program per step)")
     parser.add_argument("--no-jit", action="store_true", help="run without XLA (jit_compile=False)")
     parser.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
+    parser.add_argument("--export", default=None, metavar="MODE[,MODE...]",
+                        help="after training, write DIR/model_<MODE>.tflite with metadata for each of "
+                             f"{', '.join(QUANTIZATIONS)} (int8 calibrates on the run's training images) and "
+                             "DIR/verify.md, their check against model.keras on the held-out images; a rerun "
+                             "keeps the files that are up to date")
+    parser.add_argument("--web", action="store_true",
+                        help="with --export: also DIR/web/, the static browser site of the int8 file (else of the "
+                             "first mode)")
 
 
 def check_args(args):
@@ -90,6 +102,28 @@ def check_args(args):
 
         if args.model not in MODELS:
             raise ValueError(f"--model {args.model!r} is unknown; valid names are {', '.join(sorted(MODELS))}.")
+    check_export_args(args)
+
+
+def check_export_args(args):
+    """--export and --web, checked before any data loads: a bad mode or a missing web runtime fails at once."""
+    if args.web and not args.export:
+        raise ValueError("--web needs --export MODE (the site runs an exported .tflite), e.g. --export int8 --web.")
+    if not args.export:
+        return
+    from vit_keras.apps.ship import parse_modes
+
+    modes = parse_modes(args.export, name="--export")
+    if "int8" in modes and args.limit is not None:
+        from vit_keras.convert.export import MIN_CALIBRATION_IMAGES
+
+        if args.limit < MIN_CALIBRATION_IMAGES:
+            raise ValueError(f"--export int8 calibrates on at least {MIN_CALIBRATION_IMAGES} training images, but "
+                             f"--limit {args.limit} keeps fewer; raise --limit or export a float mode.")
+    if args.web:
+        from vit_keras.apps.web_export import check_runtime
+
+        check_runtime()
 
 
 def run(args):
@@ -116,4 +150,8 @@ def run(args):
     summary = f"val accuracy {accuracy:.4f}" if accuracy is not None else "done"
     print(f"Trained {config['model']} for {config['epochs']} epochs: {summary}. Model: "
           f"{os.path.join(args.out, 'model.keras')}")
+    if args.export:
+        from vit_keras.apps.ship import ship_run
+
+        ship_run(args.out, args.export, web=args.web, data_dir=args.data_dir)
     return 0
