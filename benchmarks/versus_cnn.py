@@ -4,6 +4,7 @@
   python benchmarks/versus_cnn.py --make-folders /tmp/vs_cnn        # the folders below, from offline data
   python benchmarks/versus_cnn.py --data folder:/tmp/vs_cnn/fmnist_600
   python benchmarks/versus_cnn.py --data folder:/tmp/vs_cnn/digits
+  python benchmarks/versus_cnn.py --data folder:/tmp/vs_cnn/digits --vit min_steps=0    # a trial: train() keywords
 
 The ViT is `vit-keras train --data SPEC` with no other flags (`vit_keras.train.train(spec, out)`), timed from the
 call to its return (loading, building, compiling and fitting). The CNN then trains on the same arrays for that
@@ -70,36 +71,40 @@ def train_cnn(train, test, seconds, seed=0):
     return accuracy, elapsed, len(history.history["loss"]), model.count_params()
 
 
-def train_vit(spec):
+def train_vit(spec, options):
     from vit_keras import train
     from vit_keras.models import load_model
 
     out = tempfile.mkdtemp(prefix="vs_cnn_vit_")  # fresh: a finished run's folder would return at once
     start = time.perf_counter()
-    record = train.train(spec, out)
+    record = train.train(spec, out, **options)
     elapsed = time.perf_counter() - start
     model = load_model(os.path.join(out, "model.keras"))
     return model, record, elapsed
 
 
-def compare(spec):
+def compare(spec, options, cnn_too=True):
     from vit_keras.data import load_dataset
     from vit_keras.evaluation import evaluate_arrays
 
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
-    model, record, vit_seconds = train_vit(spec)
+    model, record, vit_seconds = train_vit(spec, options)
     test = load_dataset(spec, "test", image_size=model.input_shape[1:3])
     vit_accuracy = evaluate_arrays(model, test.images, test.labels, test.class_names)["accuracy"]
     train = load_dataset(spec, "train", image_size=model.input_shape[1:3])
-    cnn_accuracy, cnn_seconds, epochs, params = train_cnn(train, test, vit_seconds)
+    if cnn_too:
+        cnn_accuracy, cnn_seconds, epochs, params = train_cnn(train, test, vit_seconds)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     print(f"\n{spec}: {len(train.labels):,} training images, {len(test.labels):,} test images "
           f"({test.source or 'its test split'})")
     print("| model | parameters | test accuracy | wall time |")
     print("|---|---|---|---|")
-    print(f"| vit-keras default ({record.get('model')}, {record.get('epochs')} epochs, augment "
-          f"{record.get('augment')}) | {model.count_params():,} | {100 * vit_accuracy:.2f}% | {vit_seconds:.0f} s |")
-    print(f"| small CNN ({epochs} epochs) | {params:,} | {100 * cnn_accuracy:.2f}% | {cnn_seconds:.0f} s |")
+    steps = record["epochs"] * record["steps_per_epoch"]
+    trial = ", ".join(f"{key}={value}" for key, value in options.items())
+    print(f"| vit-keras {trial or 'default'} ({record.get('model')}, {record.get('epochs')} epochs, {steps:,} steps, "
+          f"augment {record.get('augment')}) | {model.count_params():,} | {100 * vit_accuracy:.2f}% | {vit_seconds:.0f} s |")
+    if cnn_too:
+        print(f"| small CNN ({epochs} epochs) | {params:,} | {100 * cnn_accuracy:.2f}% | {cnn_seconds:.0f} s |")
 
 
 def make_folders(root):
@@ -138,11 +143,25 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="fashion_mnist")
     parser.add_argument("--make-folders", metavar="DIR", default=None)
+    parser.add_argument("--vit", action="append", default=[], metavar="KEY=VALUE",
+                        help="a trial: a `train()` keyword for the ViT (repeatable), e.g. --vit min_steps=2000")
+    parser.add_argument("--vit-only", action="store_true", help="a ViT trial alone, without the CNN")
     args = parser.parse_args()
     if args.make_folders:
         make_folders(args.make_folders)
     else:
-        compare(args.data)
+        compare(args.data, dict(parse_option(text) for text in args.vit), cnn_too=not args.vit_only)
+
+
+def parse_option(text):
+    """"key=value" -> (key, value), the value read as a Python literal where it is one."""
+    import ast
+
+    key, _, value = text.partition("=")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import os
 import re
 import signal
@@ -280,10 +281,36 @@ def test_a_train_config_takes_unset_values_from_its_recipe_and_stays_valid():
         dataclasses.replace(quick, epochs=0)
 
 
+def test_small_data_gets_the_step_floor_and_epochs_asked_for_do_not():
+    quick = train.TrainConfig("fashion_mnist")
+    floor = train.RECIPES["quick"]["min_steps"]
+    assert quick.min_steps == floor
+    assert quick.steps_per_epoch(1000) == math.ceil(floor / quick.epochs)  # 1,000 images: the floor's steps
+    assert quick.augmentation(1000) == "crop"  # many passes over each image: more than flips
+    assert quick.steps_per_epoch(54_000) == 421 and quick.augmentation(54_000) == "flip"  # one pass an epoch
+    asked = train.TrainConfig("fashion_mnist", epochs=5)
+    assert asked.min_steps == 0 and asked.steps_per_epoch(1000) == 7
+    floored = train.TrainConfig("fashion_mnist", epochs=5, min_steps=100, augment="flip")
+    assert floored.steps_per_epoch(1000) == 20 and floored.augmentation(1000) == "flip"  # as asked
+    with pytest.raises(ValueError, match="`min_steps` must be an int >= 0; got -1"):
+        train.TrainConfig("fashion_mnist", min_steps=-1)
+
+
+def test_the_step_floor_repeats_the_data_within_each_epoch(tmp_path, capsys):
+    kw = dict(limit=128, batch_size=64, epochs=2, min_steps=10, augment="flip", jit_compile=False, verbose=0,
+              tensorboard=False, model_overrides=TINY)
+    config = train.train("fashion_mnist", str(tmp_path), **kw)  # 2 batches a pass, 5 steps an epoch
+    assert config["steps_per_epoch"] == 5 and config["min_steps"] == 10 and config["completed"]
+    assert "step floor: 2 epochs of 5 steps (10 steps, min_steps 10), 2.5 passes over the training images an " \
+           "epoch; augment 'flip'" in capsys.readouterr().out
+    model = keras.saving.load_model(tmp_path / "model.keras", compile=False)
+    assert len((tmp_path / "history.csv").read_text().splitlines()) == 3 and model.count_params() > 0
+
+
 # The keys config.json has had since runs became resumable: resumption compares them, and evaluate and verify read
 # seed and val_fraction from them, so a renamed key would restart or misread the runs already on disk.
 RECORD_KEYS = {"augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "drop_path", "epochs",
-               "label_smoothing", "learning_rate", "limit", "micro_batches", "mixup", "model", "precision", "recipe",
+               "min_steps", "label_smoothing", "learning_rate", "limit", "micro_batches", "mixup", "model", "precision", "recipe",
                "replicas", "seed", "skipped_images", "steps_per_epoch", "strategy", "train_examples", "val_examples",
                "val_fraction", "vit", "warmup_epochs", "weight_decay", "weights"}
 

@@ -306,6 +306,13 @@ def test_numpy_batches_are_deterministic_given_the_seed_and_differ_by_epoch(fash
     np.testing.assert_array_equal(plain[0][0], images[:40].astype("float32"))
     halves = [array_pipeline.make_batches(images, labels, 10, batch_size=32, shard=(i, 2))[1][0] for i in range(2)]
     np.testing.assert_array_equal(np.concatenate(halves), images[32:64].astype("float32"))  # each process its rows
+    floor = array_pipeline.make_batches(images, labels, 10, batch_size=32, training=True, augment="none",
+                                        batches_per_epoch=7)  # the step floor: 3 batches a pass, repeated
+    assert len(floor) == 7
+    rows = [floor[i][0] for i in range(7)]
+    passes = [np.concatenate(rows[i:i + 3]) for i in (0, 3)]
+    assert sorted(map(bytes, passes[0])) == sorted(map(bytes, passes[1]))  # each pass sees every image once
+    assert not np.array_equal(passes[0], passes[1])  # in its own order
     with pytest.raises(ValueError, match="`crop_scale` must be"):
         array_pipeline.make_batches(images, labels, 10, crop_scale=(0.9, 0.5))
     with pytest.raises(ValueError, match="Unknown `augment`='rotate'"):

@@ -60,10 +60,12 @@ def check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix
 
 def make_batches(images, labels, num_classes, image_size=None, channels=None, batch_size=128, training=False, seed=0,
                  augment="crop", crop_scale=(0.35, 1.0), flip=True, mixup=0.0, cutmix=0.0, one_hot=True,
-                 drop_remainder=None, shard=(0, 1), workers=WORKERS):
+                 drop_remainder=None, shard=(0, 1), workers=WORKERS, batches_per_epoch=None):
     """A ``keras.utils.PyDataset`` of (float32 images 0..255, labels) from uint8 arrays; the arguments are
     ``vit_keras.pipeline.make_dataset``'s. ``shard``: (this process's index, process count): each process
-    gets its rows of every global batch (``batch_size`` is global, divisible by the count)."""
+    gets its rows of every global batch (``batch_size`` is global, divisible by the count).
+    ``batches_per_epoch``: more batches an epoch than one pass holds (the step floor of small data): the data
+    repeats, each pass in its own shuffle."""
     from .layers import pair
 
     crop_scale = check_crop_scale(crop_scale)
@@ -75,7 +77,8 @@ def make_batches(images, labels, num_classes, image_size=None, channels=None, ba
     return ArrayBatches(images, labels, int(num_classes), size, int(channels or images.shape[-1]), int(batch_size),
                         training, seed, augment if training else "none", crop_scale, flip,
                         (mixup, cutmix) if training else (0, 0), one_hot,
-                        training if drop_remainder is None else drop_remainder, (index, count), workers)
+                        training if drop_remainder is None else drop_remainder, (index, count), workers,
+                        batches_per_epoch)
 
 
 class ArrayBatches(keras.utils.PyDataset):
@@ -83,7 +86,7 @@ class ArrayBatches(keras.utils.PyDataset):
     shuffle and draws (Keras calls it after the epoch's worker threads have stopped)."""
 
     def __init__(self, images, labels, num_classes, size, channels, batch_size, training, seed, augment, crop_scale,
-                 flip, mix, one_hot, drop_remainder, shard, workers):
+                 flip, mix, one_hot, drop_remainder, shard, workers, batches_per_epoch=None):
         super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=QUEUED_BATCHES)
         self.images, self.labels, self.num_classes = images, labels, num_classes
         self.size, self.channels, self.batch_size = tuple(size), channels, batch_size
@@ -92,26 +95,33 @@ class ArrayBatches(keras.utils.PyDataset):
         self.rand_augment = SeededLayer("RandAugment", seed, per_image=True) if augment == "randaugment" else None
         self.mixers = [SeededLayer(name, seed, **{key: float(value)})
                        for name, key, value in (("MixUp", "alpha", mix[0]), ("CutMix", "factor", mix[1])) if value]
-        self.epoch, self.order, self.order_epoch, self.lock = 0, None, None, threading.Lock()
+        self.epoch, self.orders, self.lock = 0, {}, threading.Lock()
+        self.batches_per_epoch = max(batches_per_epoch or 0, self.batches_per_pass())
 
-    def __len__(self):
+    def batches_per_pass(self):
         batches = len(self.images) / self.batch_size
         return int(batches) if self.drop_remainder else math.ceil(batches)
 
-    def epoch_order(self):
-        """This epoch's example order: a permutation drawn from (seed, epoch) in training, else as given."""
+    def __len__(self):
+        return self.batches_per_epoch
+
+    def pass_order(self, data_pass):
+        """A pass's example order: a permutation drawn from (seed, epoch, pass) in training, else as given."""
         if not self.training:
             return np.arange(len(self.images))
+        key = (self.epoch, data_pass)
         with self.lock:
-            if self.order_epoch != self.epoch:
-                self.order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.images))
-                self.order_epoch = self.epoch
-            return self.order
+            if key not in self.orders:
+                seed = [self.seed, self.epoch] if data_pass == 0 else [self.seed, self.epoch, data_pass]
+                self.orders = {k: v for k, v in self.orders.items() if k[0] == self.epoch}
+                self.orders[key] = np.random.default_rng(seed).permutation(len(self.images))
+            return self.orders[key]
 
     def __getitem__(self, index):
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} of {len(self)}")
-        rows = self.epoch_order()[index * self.batch_size:(index + 1) * self.batch_size]
+        data_pass, within = divmod(index, self.batches_per_pass())
+        rows = self.pass_order(data_pass)[within * self.batch_size:(within + 1) * self.batch_size]
         x, y = self.transform(self.images[rows].astype("float32"), self.labels[rows],
                               np.random.default_rng([self.seed, self.epoch, index]))
         part, parts = self.shard

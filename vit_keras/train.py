@@ -213,8 +213,9 @@ def load_splits(config):
 def choose_flips(config, train_data):
     """Left-right flips for ``config.augment``, unless the flip rule (``vit_keras.flip_check``) finds that they
     change this data's labels: then the recipe's flips are turned off, and flips asked for get a warning."""
-    if config.augment == "none" or len(train_data.labels) < 20:  # too few images to tell
-        return config.augment != "none"
+    augment = config.augmentation(len(train_data.labels))
+    if augment == "none" or len(train_data.labels) < 20:  # too few images to tell
+        return augment != "none"
     from . import flip_check
 
     keep, plain, flipped = flip_check.flips_keep_labels(train_data.images, train_data.labels, config.seed)
@@ -224,7 +225,7 @@ def choose_flips(config, train_data):
         print(f"flips off: they look label-changing on this data ({flip_check.describe(plain, flipped)}); "
               "`--augment flip` asks for them anyway.")
         return False
-    print(f"warning: `augment`={config.augment!r} flips images, but flips look label-changing on this data "
+    print(f"warning: `augment`={augment!r} flips images, but flips look label-changing on this data "
           f"({flip_check.describe(plain, flipped)}).")
     return True
 
@@ -235,10 +236,10 @@ def build_for_fit(config, train_data, dist):
     model = build_model(num_classes, train_data.images.shape[-1], train_data.images.shape[1:3], config.model_name,
                         config.image_size, config.recipe, config.drop_path, config.weights, config.seed,
                         config.model_overrides)
-    steps_per_epoch = len(train_data.images) // config.batch_size
-    if steps_per_epoch < 1:
+    if len(train_data.images) < config.batch_size:
         raise ValueError(f"`batch_size`={config.batch_size} is larger than the {len(train_data.images)} "
                          "training images; use a smaller batch size.")
+    steps_per_epoch = config.steps_per_epoch(len(train_data.images))
     total = steps_per_epoch * config.epochs
     schedule = WarmupCosine(config.learning_rate, total, min(int(steps_per_epoch * config.warmup_epochs), total))
     single_device, backend = not strategies.is_distributed(dist), keras.backend.backend()
@@ -262,28 +263,38 @@ def fit(model, config, out_dir, train_data, val_data, worker=None, dist=None):
     of ``vit_keras.strategies``); returns its seconds."""
     from . import runs
 
-    train_ds, val_ds = input_pipelines(model.get_config(), config, train_data, val_data, dist)
+    count = len(train_data.images)
+    steps, repeated = config.steps_per_epoch(count), config.repeats_data(count)
+    if repeated:
+        print(f"step floor: {config.epochs} epochs of {steps} steps ({config.epochs * steps:,} steps, "
+              f"min_steps {config.min_steps:,}), {steps * config.batch_size / count:.1f} passes over the training "
+              f"images an epoch; augment {config.augmentation(count)!r}")
+    train_ds, val_ds = input_pipelines(model.get_config(), config, train_data, val_data, dist,
+                                       steps if repeated else None)
     callbacks = runs.make_callbacks(out_dir, config.batch_size, worker, config.backup_every,
                                     config.tensorboard and worker is None)
     start = time.perf_counter()
     with strategies.fit_scope(dist):
         model.fit(train_ds, validation_data=val_ds, epochs=config.epochs, callbacks=callbacks,
-                  verbose=config.verbose, shuffle=False)  # the pipeline shuffles, seeded
+                  steps_per_epoch=steps if repeated else None, verbose=config.verbose,
+                  shuffle=False)  # the pipeline shuffles, seeded
     return time.perf_counter() - start
 
 
-def input_pipelines(vit, config, train_data, val_data, dist=None):
+def input_pipelines(vit, config, train_data, val_data, dist=None, steps_per_epoch=None):
     """(training, validation) batches at the model's input: tf.data under TensorFlow, else NumPy batches (each
     process its rows of every global batch). DataParallel needs every batch split evenly over its devices, so
-    the validation set ends at a multiple of the device count (fewer than that many images are left out)."""
+    the validation set ends at a multiple of the device count (fewer than that many images are left out).
+    ``steps_per_epoch``: epochs longer than a pass (the step floor): the training data repeats."""
     options = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
                    seed=config.seed, batch_size=config.batch_size)
-    augment = dict(augment=config.augment, crop_scale=config.crop_scale, mixup=config.mixup, cutmix=config.cutmix,
+    augment = dict(augment=config.augmentation(len(train_data.images)), crop_scale=config.crop_scale, mixup=config.mixup, cutmix=config.cutmix,
                    flip=choose_flips(config, train_data))
     if keras.backend.backend() == "tensorflow":
         from .pipeline import make_dataset
 
-        return (make_dataset(train_data.images, train_data.labels, training=True, **augment, **options),
+        return (make_dataset(train_data.images, train_data.labels, training=True,
+                             repeat=steps_per_epoch is not None, **augment, **options),
                 make_dataset(val_data.images, val_data.labels, **options))
     from .array_pipeline import make_batches
 
@@ -292,7 +303,8 @@ def input_pipelines(vit, config, train_data, val_data, dist=None):
     if strategies.is_distributed(dist):
         count = len(val_images) - len(val_images) % config.batch_size % strategies.replica_count(dist)
         val_images, val_labels = val_images[:count], val_labels[:count]
-    return (make_batches(train_data.images, train_data.labels, training=True, shard=shard, **augment, **options),
+    return (make_batches(train_data.images, train_data.labels, training=True, shard=shard,
+                         batches_per_epoch=steps_per_epoch, **augment, **options),
             make_batches(val_images, val_labels, shard=shard, **options))
 
 

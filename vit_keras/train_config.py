@@ -21,18 +21,23 @@ BASE_BATCH_SIZE = 512
 # token grid to 3 blocks of width 64, GAP pooling (no class token), tanh GELU. The long recipe is the same design
 # at width 96 and 4 blocks, for longer, with flips and a little drop-path. The values won trials on
 # Fashion-MNIST: docs/benchmarks.md, "Why the recipes' values".
+# Small data: the schedule has a floor of `min_steps` optimizer steps (12 epochs over 1,000 images would be 84),
+# and the many passes over each image that it makes use random-resized crops, not flips alone
+# (docs/benchmarks.md, "Small data against a CNN").
 QUICK = dict(hidden_size=64, num_heads=2, mlp_dim=128, num_layers=3, pooling="gap", class_token=False,
              gelu_approximate=True, stem="conv")
 RECIPES = {
-    "quick": dict(model=QUICK, epochs=12, batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=0.5,
-                  label_smoothing=0.1, drop_path=0.0, augment="flip", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0),
+    "quick": dict(model=QUICK, epochs=12, min_steps=1500, batch_size=128, base_lr=1.6e-2, weight_decay=0.05,
+                  warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip", small_data_augment="crop",
+                  crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0),
     "long": dict(model=dict(QUICK, hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4), epochs=30,
-                 batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1,
-                 drop_path=0.05, augment="flip", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0),
+                 min_steps=4000, batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=1,
+                 label_smoothing=0.1, drop_path=0.05, augment="flip", small_data_augment="crop",
+                 crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0),
 }
 # The settings a recipe gives a value to when they are left unset (None).
-RECIPE_SETTINGS = ("epochs", "batch_size", "weight_decay", "label_smoothing", "drop_path", "augment", "crop_scale",
-                   "mixup", "cutmix", "warmup_epochs")
+RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "weight_decay", "label_smoothing", "drop_path", "augment",
+                   "crop_scale", "mixup", "cutmix", "warmup_epochs")
 # The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate")
@@ -81,6 +86,10 @@ class TrainConfig:
     model_name: a named ViT (``vit_keras.MODELS``); None: the recipe's small ViT for the data's size.
     image_size: the model's input size (default: the data's, or the quick recipe's for it).
     recipe: the defaults (``RECIPES``) of the hyper-parameters left unset (None), from epochs to warmup_epochs.
+    min_steps: the fewest optimizer steps a run takes (the step floor of small data): when ``epochs`` passes over
+      the data are fewer steps, each of the ``epochs`` epochs runs ``ceil(min_steps / epochs)`` steps over the
+      repeated data (``steps_per_epoch``). Unset: the recipe's when ``epochs`` is unset too, else 0 (epochs as
+      asked).
     learning_rate: the peak LR for the global ``batch_size`` (default: the recipe's base LR scaled linearly from
       batch 512, ``scaled_learning_rate``).
     drop_path: unset with a saved model as ``weights``: the saved model's own.
@@ -106,6 +115,7 @@ class TrainConfig:
     image_size: int | tuple | None = None
     recipe: str = "quick"
     epochs: int | None = None
+    min_steps: int | None = None
     batch_size: int | None = None
     learning_rate: float | None = None
     weight_decay: float | None = None
@@ -155,6 +165,8 @@ class TrainConfig:
         defaults = RECIPES[self.recipe]
         object.__setattr__(self, "augment_from_recipe", self.augment is None)
         keep_drop_path = is_saved_model(self.weights)  # a fine-tuned saved model keeps its own unless asked
+        if self.min_steps is None and self.epochs is not None:  # epochs asked for: as many passes as asked
+            object.__setattr__(self, "min_steps", 0)
         for name in RECIPE_SETTINGS:
             if getattr(self, name) is None and not (name == "drop_path" and keep_drop_path):
                 object.__setattr__(self, name, defaults[name])
@@ -176,6 +188,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "steps_per_execution", "micro_batches"):
             if not is_count(getattr(self, name)):
                 raise ValueError(f"`{name}` must be a positive int; got {getattr(self, name)!r}.")
+        if not (self.min_steps == 0 or is_count(self.min_steps)):
+            raise ValueError(f"`min_steps` must be an int >= 0; got {self.min_steps!r}.")
         for name, test, bounds in BOUNDS:
             value = getattr(self, name)
             if value is None and name in ("drop_path", "learning_rate"):  # the saved model's; the scaled LR
@@ -195,11 +209,27 @@ class TrainConfig:
         check_choice(self.verbose, "verbose", VERBOSITIES)
         check_choice(self.tensorboard, "tensorboard", (True, False))
 
+    def steps_per_epoch(self, train_examples):
+        """Optimizer steps an epoch: one pass over the training examples (whole batches), or more where the step
+        floor (``min_steps``) asks."""
+        return max(train_examples // self.batch_size, -(-self.min_steps // self.epochs))
+
+    def repeats_data(self, train_examples):
+        """Whether the step floor makes each epoch several passes over the data (small data)."""
+        return self.steps_per_epoch(train_examples) > train_examples // self.batch_size
+
+    def augmentation(self, train_examples):
+        """The augmentation the run uses: the recipe's for small data where the step floor repeats the data (many
+        passes over each image need more than flips), else ``augment``. An ``augment`` asked for is kept."""
+        if self.augment_from_recipe and self.repeats_data(train_examples):
+            return RECIPES[self.recipe]["small_data_augment"]
+        return self.augment
+
     def record(self, vit, class_names, steps_per_epoch, micro_batches, replicas, train_examples, val_examples,
                skipped_images):
         """The run's config.json: the recorded settings, the model's config (``vit``, whose drop_path is the
         one trained with), and the facts of the data and of the devices (``micro_batches`` as used)."""
-        settings = {name: getattr(self, name) for name in RECORDED}
+        settings = dict({name: getattr(self, name) for name in RECORDED}, augment=self.augmentation(train_examples))
         return dict(settings, model=self.model_name or "vit_quick", drop_path=vit["drop_path"], vit=vit,
                     class_names=list(class_names), steps_per_epoch=steps_per_epoch, micro_batches=micro_batches,
                     replicas=replicas, train_examples=train_examples, val_examples=val_examples,

@@ -27,6 +27,9 @@ def add_arguments(parser):
     parser.add_argument("--mlp-dim", type=int, default=None, help="override the model's MLP width")
     parser.add_argument("--recipe", choices=RECIPES, default="quick", help="hyper-parameter defaults (default: quick)")
     parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--min-steps", type=int, default=None, metavar="N",
+                        help="the fewest optimizer steps: on small data each epoch repeats the images until the run "
+                             "has N steps (default: the recipe's floor when --epochs is unset, else 0)")
     parser.add_argument("--batch-size", type=int, default=None, help="global batch size (split over replicas)")
     parser.add_argument("--lr", type=float, default=None,
                         help="peak learning rate (default: the recipe's base LR * batch_size / 512)")
@@ -81,6 +84,8 @@ def check_args(args):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer; got {value}.")
+    if args.min_steps is not None and args.min_steps < 0:
+        raise ValueError(f"--min-steps must be an integer >= 0; got {args.min_steps}.")
     for name, valid, bounds in (("lr", lambda v: v > 0, "> 0"), ("warmup_epochs", lambda v: v >= 0, ">= 0"),
                                 ("weight_decay", lambda v: v >= 0, ">= 0"), ("mixup", lambda v: v >= 0, ">= 0"),
                                 ("cutmix", lambda v: v >= 0, ">= 0"),
@@ -133,7 +138,7 @@ def run(args):
     try:
         config = train.train(
             args.data, args.out, model_name=args.model, image_size=args.image_size, recipe=args.recipe,
-            epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr, weight_decay=args.weight_decay,
+            epochs=args.epochs, min_steps=args.min_steps, batch_size=args.batch_size, learning_rate=args.lr, weight_decay=args.weight_decay,
             label_smoothing=args.label_smoothing, drop_path=args.drop_path, augment=args.augment,
             crop_scale=None if args.crop_scale is None else (args.crop_scale, 1.0), mixup=args.mixup,
             cutmix=args.cutmix, warmup_epochs=args.warmup_epochs, precision=args.precision, strategy=args.strategy,
