@@ -27,11 +27,11 @@ BASE_BATCH_SIZE = 512
 QUICK = dict(hidden_size=64, num_heads=2, mlp_dim=128, num_layers=3, pooling="gap", class_token=False,
              gelu_approximate=True, stem="conv")
 RECIPES = {
-    "quick": dict(model=QUICK, epochs=12, min_steps=1500, batch_size=128, base_lr=1.6e-2, weight_decay=0.05,
+    "quick": dict(model=QUICK, epochs=12, min_steps=3000, batch_size=128, base_lr=1.6e-2, weight_decay=0.05,
                   warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip", small_data_augment="crop",
                   crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0),
     "long": dict(model=dict(QUICK, hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4), epochs=30,
-                 min_steps=4000, batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=1,
+                 min_steps=8000, batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=1,
                  label_smoothing=0.1, drop_path=0.05, augment="flip", small_data_augment="crop",
                  crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0),
 }
