@@ -3,8 +3,10 @@
 ``export_site`` writes index.html (rendered from apps/site/), the page's script and style, the model, and
 MediaPipe Tasks Vision for Web's JavaScript and WebAssembly, copied from the npm install that scripts/setup.sh
 makes (`npm ci`, pinned with its integrity hash in package-lock.json). MediaPipe's ImageClassifier reads the labels
-and the normalization from the file's metadata, as Android's does, so the page needs nothing else. Any static file
-server can host the folder; ``serve_site`` is one (`vit-keras serve MODEL --in-browser`).
+and the normalization from the file's metadata, as Android's does. The page resizes each image to the model's input
+size (written into index.html) itself, as the app and training resize (site/resize.js): MediaPipe's own resize does
+not antialias. Any static file server can host the folder; ``serve_site`` is one (`vit-keras serve MODEL
+--in-browser`).
 """
 
 import html
@@ -30,7 +32,7 @@ RUNTIME_VERSION = "1.1.0"  # package.json pins the same; a test holds them equal
 RUNTIME_FILES = ("vision_bundle.mjs", "wasm/vision_wasm_internal.js", "wasm/vision_wasm_internal.wasm")
 RUNTIME_FOLDER = "mediapipe"  # under the site
 SITE_TEMPLATES = Path(__file__).resolve().parent / "site"
-SITE_STATIC = ("app.js", "style.css")  # copied as they are; index.html is rendered
+SITE_STATIC = ("app.js", "resize.js", "style.css")  # copied as they are; index.html is rendered
 SITE_MODEL = "model.tflite"
 MAX_FILE_MEGABYTES = 50  # the page refuses larger files before reading them: a phone's memory is small
 SETUP_STEP = "scripts/setup.sh (its `npm ci` step)"
@@ -62,6 +64,9 @@ def check_model(path):
     if info.color_space not in (None, "RGB"):  # MediaPipe: "Only RGB color space is supported for now"
         raise ValueError(f"{path} takes {info.color_space} input; MediaPipe's ImageClassifier reads RGB-input models "
                          "only. Files from `vit-keras export` take RGB, also for a grayscale model.")
+    if not info.image_size:
+        raise ValueError(f"{path}'s metadata gives no input image size (ImageProperties.default_size): the page "
+                         "resizes each image to it. Export the model with `vit-keras export`.")
     return info
 
 
@@ -97,13 +102,14 @@ def check_out_dir(out, force=False):
 
 def render_index(info, model_bytes, top_k):
     """index.html for the model: its name and description from the metadata, the page's settings."""
-    size = f"{info.image_size[0]}×{info.image_size[1]} " if info.image_size else ""
-    details = (f"input {size}{info.color_space or ''}".rstrip() + f" · {len(info.labels)} classes · "
+    height, width = info.image_size
+    details = (f"input {height}×{width} {info.color_space or ''}".rstrip() + f" · {len(info.labels)} classes · "
                f"{model_bytes / 1e6:.2f} MB")
     values = {"name": info.name or "(unnamed model)",
               "description": info.description or "(no description in the model's metadata)",
               "details": details, "model": SITE_MODEL, "top_k": top_k, "max_pixels": MAX_PIXELS,
-              "max_megabytes": MAX_FILE_MEGABYTES, "runtime_version": RUNTIME_VERSION}
+              "max_megabytes": MAX_FILE_MEGABYTES, "runtime_version": RUNTIME_VERSION,
+              "input_width": width, "input_height": height}
     template = string.Template((SITE_TEMPLATES / "index.html").read_text())
     return template.substitute({key: html.escape(str(value), quote=True) for key, value in values.items()})
 

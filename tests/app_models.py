@@ -6,6 +6,8 @@ as a training run (model.keras + labels.txt). ``build_models(out_dir)`` trains i
   - model.keras + labels.txt                       (the training contract's run directory)
   - float32/float16/dynamic/int8.tflite            with convert's exporter (RGB input, metadata)
   - attention.tflite  1-channel raw-pixel float input, logits + attention outputs
+``build_rgb_models(out_dir)`` fits a tiny RGB ViT with per-channel normalization on foolbox's CIFAR-10 photos and
+exports it to int8 and float32; ``photo_files(folder)`` gives foolbox's ImageNet photos at several sizes.
 """
 
 import os
@@ -96,6 +98,51 @@ def build_models(out_dir, steps=200):
     return paths
 
 
+RGB_VIT = dict(image_size=32, channels=3, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1,
+               num_classes=10, include_preprocessing=True, pixel_mean="imagenet")  # per channel: export folds it
+
+
+def foolbox_photos(pattern, size):
+    """foolbox's photos matching ``pattern`` as uint8 (N, size, size, 3), and the label in each file's name."""
+    from PIL import Image
+
+    from vit_keras.apps.examples import foolbox_data_dir
+
+    paths, images = sorted(foolbox_data_dir().glob(pattern)), []
+    for path in paths:
+        with Image.open(path) as photo:
+            images.append(np.asarray(photo.convert("RGB").resize((size, size), Image.BILINEAR)))
+    return np.stack(images), np.array([int(path.stem.rsplit("_", 1)[1]) for path in paths])
+
+
+def build_rgb_models(out_dir, repeats=40):
+    """A tiny RGB ViT normalized per channel (ImageNet's mean and std), fitted on foolbox's 20 CIFAR-10 photos and
+    exported to int8 and float32; returns {"int8" | "float32": path}."""
+    import keras
+
+    import vit_keras
+    from vit_keras.apps.examples import CIFAR10_CLASSES
+    from vit_keras.convert.export import export_tflite
+
+    keras.utils.set_random_seed(0)
+    images, labels = foolbox_photos("cifar10_*.png", RGB_VIT["image_size"])
+    model = vit_keras.create_model("vit_ti16", **RGB_VIT)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # One epoch of the photos repeated: Keras' per-epoch overhead is most of the time at this size.
+    model.fit(np.tile(images, (repeats, 1, 1, 1)).astype("float32"), np.tile(labels, repeats),
+              batch_size=len(images), epochs=1, verbose=0)
+    calibration = np.concatenate([foolbox_photos(pattern, RGB_VIT["image_size"])[0]
+                                  for pattern in ("cifar10_*.png", "cifar100_*.png", "imagenet_*.jpg")] * 2)
+    paths = {}
+    for mode in ("int8", "float32"):
+        paths[mode] = Path(out_dir) / f"rgb_{mode}.tflite"
+        export_tflite(model, paths[mode], quantize=mode, labels=CIFAR10_CLASSES,
+                      calibration=calibration if mode == "int8" else None, calibration_size=len(calibration))
+    keras.backend.clear_session()
+    return paths
+
+
 if __name__ == "__main__":
     import sys
     import time
@@ -161,6 +208,32 @@ def bad_inputs(out_dir, photo):
     with Image.open(photo) as image:
         image.save(out_dir / "ok.jpg")
     return cases
+
+
+# foolbox's ImageNet photos (512 x 512 but one), most at a size the page and the CLI must resize from, one at the
+# model's own; None keeps the JPEG as it is (its top-1 must be clear: see test_page_top1_equals_cli_on_photos).
+PHOTO_SIZES = {"imagenet_00_243.jpg": None, "imagenet_01_559.jpg": (300, 200), "imagenet_02_438.jpg": (200, 300),
+               "imagenet_04_949.jpg": (RGB_VIT["image_size"],) * 2, "imagenet_05_853.jpg": (45, 61),
+               "imagenet_06_609.jpg": (400, 512), "imagenet_08_915.jpg": (640, 480), "imagenet_10_541.jpg": None}
+
+
+def photo_files(folder):
+    """PHOTO_SIZES' photos in ``folder``: each a copy of foolbox's file or that photo resized and saved as PNG."""
+    from PIL import Image
+
+    from vit_keras.apps.examples import foolbox_data_dir
+
+    paths = []
+    for name, size in PHOTO_SIZES.items():
+        source = foolbox_data_dir() / name
+        if size is None:
+            paths.append(folder / name)
+            paths[-1].write_bytes(source.read_bytes())
+            continue
+        paths.append(folder / f"{source.stem}_{size[0]}x{size[1]}.png")
+        with Image.open(source) as photo:
+            photo.resize(size, Image.LANCZOS).save(paths[-1])
+    return paths
 
 
 def mode_variants(out_dir, gray):

@@ -1,13 +1,17 @@
 // The page written by `vit-keras export-web`: the model runs here, in the visitor's browser, on MediaPipe's
-// ImageClassifier, which reads the labels and the input normalization from the .tflite's own metadata.
+// ImageClassifier, which reads the labels and the input normalization from the .tflite's own metadata. The page
+// resizes each image to the model's input itself, as the app and training do (resize.js), before MediaPipe sees it.
 // After each result: document.body.dataset.top1 and window.lastResult = {labels, scores, ms, source}; after each
 // file or frame, result or refusal, document.body.dataset.done counts up (for tests and automation).
 import {ImageClassifier} from "./mediapipe/vision_bundle.mjs";
+import {jpegDraft, resizeAsPillow} from "./resize.js";
 
 const app = document.getElementById("app");
 const TOP_K = Number(app.dataset.topK);
 const MAX_PIXELS = Number(app.dataset.maxPixels);  // the Python app's decompression-bomb limit
 const MAX_BYTES = Number(app.dataset.maxMegabytes) * 2 ** 20;
+const INPUT_WIDTH = Number(app.dataset.inputWidth);  // the model's input, from its metadata
+const INPUT_HEIGHT = Number(app.dataset.inputHeight);
 const LARGE_SIDE = 4096;  // an image with a longer side is scaled down while it is decoded...
 const SCALED_SIDE = 1024;  // ...to this: the model sees a few hundred pixels anyway
 const CAMERA_INTERVAL_MS = 100;
@@ -16,6 +20,7 @@ const element = (id) => document.getElementById(id);
 let classifier = null;
 let queue = null;  // one file at a time, in the order given, after the model has loaded
 let handled = 0;
+const frameCanvas = document.createElement("canvas");  // a camera frame, read back as pixels
 
 /** An input this page will not classify, with a message meant for the person who gave it. */
 class InputError extends Error {}
@@ -71,7 +76,8 @@ function imageHeader(b) {
 
 const megabytes = (bytes) => (bytes / 2 ** 20).toFixed(1);
 
-/** The file as an ImageBitmap, refused before decoding when it is no image or claims too many pixels. */
+/** The file as {bitmap: an ImageBitmap, format, note}, refused before decoding when it is no image or claims
+ * too many pixels. */
 async function decode(file) {
   if (file.size === 0) throw new InputError("the file is empty (0 bytes)");
   if (file.size > MAX_BYTES) {
@@ -101,7 +107,7 @@ async function decode(file) {
   }
   const note = longSide > LARGE_SIDE ? `A large image (${width} × ${height}): scaled down to ` +
                                        `${bitmap.width} × ${bitmap.height} as it was decoded.` : "";
-  return {bitmap, note};
+  return {bitmap, format, note};
 }
 
 /** Draws the bitmap on the preview canvas over white (transparent pixels are white, as in the Python app). */
@@ -110,7 +116,7 @@ function draw(bitmap) {
   canvas.width = bitmap.width;
   canvas.height = bitmap.height;
   canvas.hidden = false;
-  const context = canvas.getContext("2d");
+  const context = canvas.getContext("2d", {willReadFrequently: true});
   context.fillStyle = "#fff";
   context.fillRect(0, 0, canvas.width, canvas.height);
   context.drawImage(bitmap, 0, 0);
@@ -177,9 +183,25 @@ function drawAttention(canvas, grid) {
   }));
 }
 
-function classify(image, source) {
+/** The model's input from the preview canvas or a video frame: a JPEG at the scale the app decodes it, then
+ * resized as Pillow resizes, so that MediaPipe gets an image at the model's size and does not resize it. */
+function modelInput(image, format) {
+  let canvas = image;
+  if (image instanceof HTMLVideoElement) {
+    canvas = frameCanvas;
+    canvas.width = image.videoWidth;
+    canvas.height = image.videoHeight;
+    canvas.getContext("2d", {willReadFrequently: true}).drawImage(image, 0, 0);
+  }
+  const pixels = canvas.getContext("2d", {willReadFrequently: true}).getImageData(0, 0, canvas.width, canvas.height);
+  return resizeAsPillow(format === "JPEG" ? jpegDraft(pixels, INPUT_WIDTH, INPUT_HEIGHT) : pixels,
+                        INPUT_WIDTH, INPUT_HEIGHT);
+}
+
+/** Classifies the image (the preview canvas or the video), its resizing counted in the time shown. */
+function classify(image, source, format) {
   const start = performance.now();
-  const result = classifier.classify(image);
+  const result = classifier.classify(modelInput(image, format));
   const ms = performance.now() - start;
   const categories = (result.classifications[0]?.categories ?? []).slice(0, TOP_K);
   showResult(source, categories.map((c) => c.displayName || c.categoryName), categories.map((c) => c.score), ms);
@@ -196,8 +218,8 @@ function finished() {
 async function classifyFile(file) {
   try {
     if (!classifier) throw new InputError("the model is not loaded (see above)");
-    const {bitmap, note} = await decode(file);
-    classify(draw(bitmap), file.name);
+    const {bitmap, format, note} = await decode(file);
+    classify(draw(bitmap), file.name, format);
     setMessage(note, "note");
   } catch (error) {
     showError(file.name, error instanceof InputError ? error.message :
@@ -234,7 +256,7 @@ async function startCamera(button) {
   button.textContent = "Stop the camera";
   while (video.srcObject) {
     if (video.readyState >= HTMLMediaElement.HAVE_CURRENT_DATA && classifier) {
-      classify(video, "camera");
+      classify(video, "camera", "video");
       finished();
     }
     await new Promise((resolve) => setTimeout(resolve, CAMERA_INTERVAL_MS));
