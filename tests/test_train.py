@@ -333,6 +333,16 @@ def test_a_finished_run_is_not_redone_and_its_config_json_keeps_its_keys(tmp_pat
     assert runs.data_split(str(tmp_path / "model.keras")) == {"seed": 0, "val_fraction": 0.1}
 
 
+def test_a_run_finished_before_a_setting_was_recorded_is_not_redone(tmp_path):
+    record = dict(data="fashion_mnist", epochs=12, min_steps=3000, steps_per_epoch=468, augment="flip",
+                  class_names=["a", "b"])
+    older = {key: value for key, value in record.items() if key != "min_steps"}
+    runs.write_json(str(tmp_path / "config.json"), dict(older, completed=True))
+    assert runs.start_run(str(tmp_path), record)["completed"]  # the floor did not apply: the same run
+    runs.write_json(str(tmp_path / "config.json"), dict(older, steps_per_epoch=7, completed=True))
+    assert runs.start_run(str(tmp_path), record) is None  # it would have: another run
+
+
 def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):
     saved = train.build_model(10, 1, (28, 28), drop_path=0.2, overrides=dict(num_layers=2))
     saved.save(tmp_path / "base.keras")

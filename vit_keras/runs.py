@@ -158,6 +158,11 @@ def clean_history(path):
     write_text(path, "\n".join([header, *(rows[k] for k in sorted(rows))]) + "\n")
 
 
+# Settings config.json has recorded only since they were added; a record from before lacks them. Their effect
+# shows in keys it has (min_steps: in steps_per_epoch and augment), so a finished run from then is not redone.
+ADDED_KEYS = ("min_steps",)
+
+
 def start_run(out_dir, record, chief=True):
     """Make ``out_dir`` ready for the run ``record`` (its config.json) describes. Returns the folder's record
     when it holds this run finished (nothing to do), else None: a run cut short resumes, another run's files
@@ -165,7 +170,10 @@ def start_run(out_dir, record, chief=True):
     os.makedirs(out_dir, exist_ok=True)
     config_path = os.path.join(out_dir, "config.json")
     previous = read_json(config_path)
-    same = {key: previous.get(key) for key in record} == json.loads(json.dumps(record, default=str))
+    keys = [key for key in record if key in previous or key not in ADDED_KEYS]
+    same = {key: previous.get(key) for key in keys} == {key: value for key, value in
+                                                        json.loads(json.dumps(record, default=str)).items()
+                                                        if key in keys}
     if previous.get("completed") and same:
         print(f"{out_dir} already holds this finished run; nothing to do (delete the folder to retrain).")
         return previous
