@@ -26,23 +26,33 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(bool(missing), reason=f"backend packages not installed: {missing}")]
 
 
-def run_worker(backend, out_dir, *args):
-    env = {**os.environ, "KERAS_BACKEND": backend, "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run([sys.executable, os.path.join(HERE, "backend_worker.py"), str(out_dir), *args],
-                            env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"{backend} worker failed:\n{result.stderr[-4000:]}"
+def run_workers(out_dir, jobs):
+    """Run tests/backend_worker.py once for each (backend, args) of ``jobs``, all at once, each in its own process."""
+    running = []
+    for i, (backend, args) in enumerate(jobs):
+        env = {**os.environ, "KERAS_BACKEND": backend, "CUDA_VISIBLE_DEVICES": ""}
+        log = open(os.path.join(out_dir, f"worker_{backend}_{i}_{len(args)}.log"), "w+")  # a pipe could fill up
+        running.append((backend, log, subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "backend_worker.py"), str(out_dir), *args], env=env,
+            stdout=subprocess.DEVNULL, stderr=log)))
+    for backend, log, process in running:
+        process.wait(timeout=900)
+        log.seek(0)
+        stderr = log.read()
+        log.close()
+        assert process.returncode == 0, f"{backend} worker failed:\n{stderr[-4000:]}"
 
 
 @functools.lru_cache(maxsize=1)
 def results(out_dir):
-    """Every backend's results; each loads the .keras files the backends before it saved, and TensorFlow, which
-    goes first, loads the other two's at the end."""
-    for i, backend in enumerate(BACKENDS):
-        run_worker(backend, out_dir, "--load", *[os.path.join(out_dir, f"{b}.keras") for b in BACKENDS[:i]])
-    run_worker("tensorflow", out_dir, "--skip-cases", "--load",
-               *[os.path.join(out_dir, f"{b}.keras") for b in BACKENDS[1:]])
+    """Every backend's results: first each runs the cases and saves its .keras file, then each loads the other
+    two backends' files (``<backend>_load``). The backends of each phase run at the same time."""
+    run_workers(out_dir, [(backend, []) for backend in BACKENDS])
+    run_workers(out_dir, [(backend, ["--skip-cases", "--load",
+                                     *[os.path.join(out_dir, f"{b}.keras") for b in BACKENDS if b != backend]])
+                          for backend in BACKENDS])
     loaded = {}
-    for name in (*BACKENDS, "tensorflow_load"):
+    for name in (*BACKENDS, *[f"{b}_load" for b in BACKENDS]):
         with np.load(os.path.join(out_dir, f"{name}.npz")) as data:
             loaded[name] = {k: data[k] for k in data.files}
     return loaded
@@ -98,12 +108,11 @@ def test_predict_gives_tensorflows_outputs(computed, backend):
 
 
 def test_keras_files_load_across_backends(computed):
-    reference = computed["jax"]["loaded/tensorflow"]
+    reference = computed["jax_load"]["loaded/tensorflow"]
     assert np.abs(reference).max() > 0
-    pairs = [("torch", "tensorflow"), ("torch", "jax"),
-             ("tensorflow_load", "jax"), ("tensorflow_load", "torch")]
-    for reader, writer in pairs:
-        diff = float(np.abs(computed[reader][f"loaded/{writer}"] - reference).max())
+    pairs = [(reader, writer) for reader in BACKENDS for writer in BACKENDS if reader != writer]
+    for reader, writer in pairs:  # every backend reads the other two's files
+        diff = float(np.abs(computed[f"{reader}_load"][f"loaded/{writer}"] - reference).max())
         assert diff <= TOLERANCE, f"{writer}.keras read under {reader}: max abs diff {diff:.2e}"
 
 
