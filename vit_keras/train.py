@@ -188,7 +188,8 @@ def train_with_config(config, out_dir):
     if finished:
         return finished
     try:
-        seconds = fit(model, config, out_dir, train_data, val_data, worker=None if chief else task, dist=dist)
+        seconds = fit(model, config, out_dir, train_data, val_data, steps_per_epoch, worker=None if chief else task,
+                      dist=dist)
     except FileNotFoundError:
         # A worker may still write its last backup when the chief, done, removes every task's backups: the run
         # is complete, not broken, once the chief has recorded it so.
@@ -258,13 +259,13 @@ def build_for_fit(config, train_data, dist):
     return model, steps_per_epoch, micro
 
 
-def fit(model, config, out_dir, train_data, val_data, worker=None, dist=None):
-    """``model.fit`` with the run folder's callbacks (``worker``: a non-chief task's name) on ``dist`` (a strategy
-    of ``vit_keras.strategies``); returns its seconds."""
+def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=None):
+    """``model.fit`` for ``steps`` steps an epoch (``build_for_fit``'s) with the run folder's callbacks (``worker``:
+    a non-chief task's name) on ``dist`` (a strategy of ``vit_keras.strategies``); returns its seconds."""
     from . import runs
 
     count = len(train_data.images)
-    steps, repeated = config.steps_per_epoch(count), config.repeats_data(count)
+    repeated = config.repeats_data(count)
     if repeated:
         print(f"step floor: {config.epochs} epochs of {steps} steps ({config.epochs * steps:,} steps, "
               f"min_steps {config.min_steps:,}), {steps * config.batch_size / count:.1f} passes over the training "
