@@ -34,7 +34,8 @@ ZOO = {
 # static_wi8_ai16 (a16w8) is left out: it gives the file int16 inputs, which LiteRT's CompiledModel buffers refuse
 # ("Unsupported dtype: int16") and verify.prepare does not quantize.
 AEQ_RECIPES = ("static_wi8_ai8", "dynamic_wi8_afp32")
-CALIBRATION = 300
+CALIBRATION = 300  # images int8 calibrates on, as the export's default
+HELD_OUT = 200  # more, after those, for the 0.995 sweep to measure on (sensitivity.held_out_count)
 
 
 def train_or_load(name, options, cache, quick):
@@ -113,15 +114,20 @@ def zoo_rows(name, keras_path, calibration, test, test_labels, folder, runs):
 
     model = load_vit(keras_path)
     size, channels = model.vit_config["image_size"], model.vit_config["channels"]
-    calibration, test = fit_images(calibration, size, channels), fit_images(test, size, channels)
+    everything, test = fit_images(calibration, size, channels), fit_images(test, size, channels)
+    calibration = everything[:CALIBRATION]
     reference = keras_scores(model, test)
     rows = {"keras": {"accuracy": float(np.mean(reference.argmax(-1) == test_labels))}}
     files = {"float32": dict(quantize="float32"), "ours int8": dict(quantize="int8", calibration=calibration),
-             "ours int8 sweep 0.995": dict(quantize="int8", calibration=calibration, min_agreement=0.995)}
+             "ours int8 sweep 0.995": dict(quantize="int8", calibration=everything, min_agreement=0.995,
+                                           calibration_size=CALIBRATION + HELD_OUT)}
     for variant, settings in files.items():
         path = os.path.join(folder, f"{name}_{variant.replace(' ', '_')}.tflite")
-        export_tflite(model, path, labels=[str(i) for i in range(model.vit_config["num_classes"])], **settings)
+        summary = export_tflite(model, path, labels=[str(i) for i in range(model.vit_config["num_classes"])],
+                                **settings)
         rows[variant] = measure(path, reference, test_labels, test, runs)
+        if "sweep" in summary:
+            rows[variant]["kept"] = kept_in_float(summary["sweep"])
     rows["ours int8, no smoothing"] = no_smoothing_row(model, calibration, test, reference, folder)
     try:
         import ai_edge_quantizer  # noqa: F401
@@ -133,6 +139,18 @@ def zoo_rows(name, keras_path, calibration, test, test_labels, folder, runs):
                                                               recipe_name, calibration, out),
                                              reference, test_labels, test, runs)
     return rows
+
+
+def kept_in_float(sweep):
+    """What the sweep's chosen file keeps in float besides the default int8 file's float ops."""
+    from vit_keras.convert.export import INT8_FLOAT_OPS
+
+    chosen = next(row for row in sweep if row.get("chosen"))
+    if not chosen["float_ops"]:
+        return "nothing (full int8)"
+    extra = [op for op in chosen["float_ops"] if op not in INT8_FLOAT_OPS]
+    missing = [op for op in INT8_FLOAT_OPS if op not in chosen["float_ops"]]
+    return ", ".join(extra + [f"not {op}" for op in missing]) or "the default's"
 
 
 def no_smoothing_row(model, calibration, test, reference, folder):
@@ -156,7 +174,8 @@ def format_rows(name, rows):
     for variant, row in rows.items():
         if variant in ("keras", "float32"):
             continue
-        cells = [name, variant, f"{100 * row['agreement']:.2f}%"]
+        label = f"{variant} (kept: {row['kept']})" if "kept" in row else variant
+        cells = [name, label, f"{100 * row['agreement']:.2f}%"]
         if "accuracy" in row:
             cells += [f"{100 * (keras_accuracy - row['accuracy']):+.2f}", f"{row['bytes'] / base['bytes']:.2f}"]
             cells += [f"{row[key] / base[key]:.2f}" for key in base if key.endswith(("_1t", "_2t"))]
@@ -183,7 +202,7 @@ def main(argv=None):
     n_test = args.test_images or (1000 if args.quick else 10000)
     runs = args.runs or (20 if args.quick else 100)
     train_images = load_arrays("fashion_mnist", "train")[0]
-    calibration = train_images[-CALIBRATION:]  # the end of train: --quick's trainings (limit) never saw it
+    calibration = train_images[-CALIBRATION - HELD_OUT:]  # the end of train: --quick's trainings never saw it
     test, test_labels = load_arrays("fashion_mnist", "test", limit=n_test)[:2]
     header = ["model", "file", "int8 agreement", "accuracy lost (points)", "size ratio", "Interpreter 1T",
               "Interpreter 2T", "CompiledModel 1T", "CompiledModel 2T"]

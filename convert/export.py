@@ -155,27 +155,58 @@ def conv_stem_nodes(model, calibrated):
     buys in agreement and costs in bytes: docs/benchmarks.md, "The conv stem in float"). The conv that reads
     the input (RGB -> gray, or the normalization) stays int8, so the input stays uint8.
     """
-    from ai_edge_litert.interpreter import Interpreter
-
     if model.vit_config.get("stem") != "conv":
         return []
-    interpreter = Interpreter(model_content=bytes(calibrated))
+    return [name for name, reads_input in op_outputs(calibrated, "CONV_2D") if not reads_input]
+
+
+def dense_role_nodes(calibrated, roles):
+    """Names of the FULLY_CONNECTED ops of ``roles`` (graph.DENSE_ROLES). The converter names a fused op by all
+    the nodes it fused ("MatMul_7;mlp_out_2"), a role among them with a number after it or none."""
+    if not roles:
+        return []
+    pattern = re.compile(r"^(?:%s)_?\d*$" % "|".join(map(re.escape, roles)))
+    return [name for name, _ in op_outputs(calibrated, "FULLY_CONNECTED")
+            if any(pattern.match(part) for part in name.split(";"))]
+
+
+def op_outputs(model_bytes, op_name):
+    """(output tensor name, whether it reads the graph's input) for each ``op_name`` op, in graph order."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=bytes(model_bytes))
     names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
     inputs = {d["index"] for d in interpreter.get_input_details()}
-    return [names[int(t)] for op in interpreter._get_ops_details()
-            if op["op_name"] == "CONV_2D" and not inputs & {int(t) for t in op["inputs"]} for t in op["outputs"]]
+    return [(names[int(t)], bool(inputs & {int(i) for i in op["inputs"]})) for op in interpreter._get_ops_details()
+            if op["op_name"] == op_name for t in op["outputs"]]
+
+
+def split_float_ops(float_ops):
+    """(op types, dense roles) of ``float_ops``, whose entries are TFLite op types ("SOFTMAX") or
+    "FULLY_CONNECTED:<role>" for one of graph.DENSE_ROLES: that layer of every block ("FULLY_CONNECTED:mlp_out")."""
+    from .graph import DENSE_ROLES
+
+    op_types, roles = [], []
+    for entry in float_ops:
+        op_type, _, role = entry.partition(":")
+        if role and (op_type != "FULLY_CONNECTED" or role not in DENSE_ROLES):
+            raise ValueError(f"`float_ops` entry {entry!r}: a dense role is written FULLY_CONNECTED:<role>, the "
+                             f"role one of {', '.join(DENSE_ROLES)}.")
+        (roles if role else op_types).append(role or op_type)
+    return op_types, roles
 
 
 def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_nodes=()):
-    """Full-integer model from a calibrated one: uint8 raw-pixel input, float32 scores, ``float_ops`` and
-    the ops named in ``float_nodes`` in float."""
+    """Full-integer model from a calibrated one: uint8 raw-pixel input, float32 scores, ``float_ops`` (op types,
+    or dense roles: ``split_float_ops``) and the ops named in ``float_nodes`` in float."""
     import tensorflow as tf
     from tensorflow.lite.python import convert as tf_convert
     from tensorflow.lite.python import util as tf_util
 
-    nodes = float_node_names(INT8_FLOAT_NODES, num_norms) if "RSQRT" in float_ops else []
-    nodes += list(float_nodes)
-    quantized = tf_convert.mlir_quantize(calibrated, fully_quantize=False, denylisted_ops=list(float_ops),
+    op_types, roles = split_float_ops(float_ops)
+    nodes = float_node_names(INT8_FLOAT_NODES, num_norms) if "RSQRT" in op_types else []
+    nodes += list(float_nodes) + dense_role_nodes(calibrated, roles)
+    quantized = tf_convert.mlir_quantize(calibrated, fully_quantize=False, denylisted_ops=op_types,
                                          denylisted_nodes=nodes)
     return tf_util.modify_model_io_type(quantized, tf.uint8, tf.float32)
 
@@ -346,7 +377,7 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
 
     labels: a list, a file path, or None for labels.txt beside the .keras file.
     calibration: a data spec or uint8 images (N, H, W, C); required for int8.
-    float_ops: the TFLite ops int8 keeps in float, besides the residual stream and a conv stem (any set but ()
+    float_ops: the TFLite op types (or dense roles: ``split_float_ops``) int8 keeps in float, besides the residual stream and a conv stem (any set but ()
       keeps those too, as ``convert.sensitivity`` measures); () gives a plain full-int8 graph.
     min_agreement: int8 only; instead of ``float_ops``, keep the fewest ops in float whose top-1 agreement with
       Keras on a held-out part of the calibration images is at least this (``held_out_count`` of them, never
@@ -363,6 +394,7 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     if attention_output and min_agreement is not None:
         raise ValueError("`attention_output` and `min_agreement` do not combine: the float-ops sweep measures the "
                          "classifier alone; export with `float_ops` instead.")
+    split_float_ops(float_ops)  # a bad role fails here, before any conversion
     if min_agreement is not None:
         from .sensitivity import check_min_agreement, convert_fewest_float_ops
 

@@ -38,6 +38,8 @@ from vit_keras.stems import ResNetV2Stem
 # (normalization.pixel_normalization). The luma weights, scaled to sum to 1, commute with a 1-channel model's
 # one mean and std.
 RGB_TO_GRAY = np.array(LUMA_WEIGHTS, dtype="float32")
+# The names of the graph's FULLY_CONNECTED layers by role; no digits, as TF and the converter append numbers.
+DENSE_ROLES = ("qkv", "attention_out", "mlp_in", "mlp_out", "pre_logits", "head")
 RGB_TO_GRAY /= RGB_TO_GRAY.sum()
 
 
@@ -111,10 +113,11 @@ def norm_count(model):
     return sum(isinstance(layer, kinds) for layer in model._flatten_layers(include_self=False))
 
 
-def dense(layer, x, kernel=None, bias=None):
+def dense(layer, x, role, kernel=None, bias=None):
+    """``layer`` as one FULLY_CONNECTED, named by its ``role`` (one of DENSE_ROLES: int8 may keep a role in float)."""
     kernel = numpy(layer.kernel) if kernel is None else kernel
     bias = numpy(layer.bias) if bias is None else bias
-    y = tf.matmul(x, tf.constant(kernel)) + tf.constant(bias)
+    y = tf.add(tf.matmul(x, tf.constant(kernel)), tf.constant(bias), name=role)
     return y if layer.activation is keras.activations.linear else layer.activation(y)
 
 
@@ -147,7 +150,7 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
             out_kernel[v.start - 2 * d: v.stop - 2 * d] /= beta
 
     def project(inputs, col):
-        return tf.matmul(inputs, tf.constant(kernel[:, col])) + tf.constant(bias[col])
+        return tf.add(tf.matmul(inputs, tf.constant(kernel[:, col])), tf.constant(bias[col]), name="qkv")
 
     if scales is not None and not query_tokens:
         order = np.concatenate([np.arange(d * 3)[col] for head in cols for col in head])  # head-major q, k, v
@@ -164,7 +167,7 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
         outputs.append(tf.matmul(weights, v))
     if maps is not None:
         maps.append(weights_per_head)
-    return dense(attn.out, concat_even(outputs), kernel=out_kernel)
+    return dense(attn.out, concat_even(outputs), "attention_out", kernel=out_kernel)
 
 
 def token_slice(x, start, count=None):
@@ -288,8 +291,8 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
     if observe_norm is not None:
         observe_norm(block.norm2, normed)
     fc1_kernel = numpy(block.fc1.kernel) * (1.0 if smooth2 is None else smooth2[:, None])
-    hidden = tf.nn.gelu(dense(block.fc1, normed, kernel=fc1_kernel), approximate=block.gelu_approximate)
-    return tf.add(z, dense(block.fc2, hidden), name="residual")  # named: int8 keeps the residual stream in float
+    hidden = tf.nn.gelu(dense(block.fc1, normed, "mlp_in", kernel=fc1_kernel), approximate=block.gelu_approximate)
+    return tf.add(z, dense(block.fc2, hidden, "mlp_out"), name="residual")  # named: int8 keeps the residual stream in float
 
 
 def takes_raw_pixels(model, quantize):
@@ -346,9 +349,9 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
         if pool.class_token:
             x = token_slice(x, 1)
         x = tf.reduce_mean(x, axis=1)
-    for layer in (model.pre_logits, model.head):
+    for layer, role in ((model.pre_logits, "pre_logits"), (model.head, "head")):
         if layer is not None:
-            x = dense(layer, x)
+            x = dense(layer, x, role)
     return tf.nn.softmax(tf.cast(x, tf.float32), axis=-1)
 
 

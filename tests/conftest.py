@@ -35,3 +35,14 @@ def fashion_test():
 def models(tmp_path_factory):
     """The app's tiny trained ViT as {"keras", "labels", each quantization, "attention": path}, built once a run."""
     return shared_models(tmp_path_factory)
+
+
+# The longest files first (measured: docs/benchmarks.md, "The test suite"), so that with `-n 2 --dist loadfile
+# --no-loadscope-reorder` (scripts/test.sh) the short ones fill in at the end and no worker waits long for the other.
+LONGEST_FIRST = ("test_train.py", "test_train_jax.py", "test_backends.py", "test_web_export.py", "test_convert.py",
+                 "test_notebooks.py", "test_microbatch.py", "test_app.py", "test_compat.py", "test_ship.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order

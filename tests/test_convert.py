@@ -393,16 +393,18 @@ def test_verify_names_the_ops_kept_in_float(exported, reference, fashion):
 def test_min_agreement_keeps_the_fewest_float_ops_that_meet_it(run_dir, fashion, tmp_path):
     """The sweep measures on held-out calibration images; the file it writes meets the target on them, and every
     row tried with fewer ops in float fell short of it."""
-    from vit_keras.convert.sensitivity import format_sweep, held_out_count
+    from vit_keras.convert.sensitivity import format_sweep, held_out_count, size_step
 
-    target, images = 0.98, fashion[0][:300]
+    target, images = 0.98, fashion[0][:400]
     out = tmp_path / "swept.tflite"
     summary = tflite_export.export_tflite(run_dir / "model.keras", out, quantize="int8", calibration=images,
-                                          calibration_size=300, min_agreement=target)
+                                          calibration_size=400, min_agreement=target)
     rows = summary["sweep"]
     chosen = [row for row in rows if row.get("chosen")]
     assert len(chosen) == 1 and chosen[0]["agreement"] >= target
-    assert all(row["agreement"] < target for row in rows if row["float_op_count"] < chosen[0]["float_op_count"])
+    step = size_step(chosen[0], rows[0]["bytes"])
+    assert all(row["agreement"] < target for row in rows if size_step(row, rows[0]["bytes"]) < step or (
+        size_step(row, rows[0]["bytes"]) == step and row["float_op_count"] < chosen[0]["float_op_count"]))
     assert all(row["bytes"] > 0 and row["latency_ms"] > 0 for row in rows)
     assert rows[0]["float_ops"] == () and len(rows) >= 2  # full int8 first
     held_out = images[-held_out_count(target):]
@@ -410,6 +412,26 @@ def test_min_agreement_keeps_the_fewest_float_ops_that_meet_it(run_dir, fashion,
     agreement = np.mean(predict(out, held_out).argmax(-1) == keras_scores(model, held_out).argmax(-1))
     assert agreement == pytest.approx(chosen[0]["agreement"])
     assert "**(chosen)**" in format_sweep(rows)
+
+
+def test_a_dense_role_in_float_keeps_that_layer_of_every_block(run_dir, fashion, tmp_path):
+    """"FULLY_CONNECTED:mlp_out" keeps every block's fc2 in float and nothing else of the dense layers; an unknown role
+    is refused, naming the valid ones."""
+    from vit_keras.convert.graph import DENSE_ROLES
+    from vit_keras.convert.verify import op_precisions
+
+    out = tmp_path / "mlp_out_float.tflite"
+    tflite_export.export_tflite(run_dir / "model.keras", out, quantize="int8", calibration=fashion[0][:100],
+                                calibration_size=100,
+                                float_ops=tflite_export.INT8_FLOAT_OPS + ("FULLY_CONNECTED:mlp_out",))
+    float_ops, integer_ops = op_precisions(out)
+    blocks = len(tflite_export.load_vit(run_dir / "model.keras").blocks)
+    assert float_ops["FULLY_CONNECTED"] == blocks and integer_ops["FULLY_CONNECTED"] >= 2 * blocks + 1
+    with pytest.raises(ValueError, match="FULLY_CONNECTED:<role>.*" + ", ".join(DENSE_ROLES)):
+        tflite_export.export_tflite(run_dir / "model.keras", tmp_path / "bad.tflite", quantize="int8",
+                                    calibration=fashion[0][:100], calibration_size=100,
+                                    float_ops=("FULLY_CONNECTED:mlp",))
+    assert not (tmp_path / "bad.tflite").exists()
 
 
 def test_layernorm_smoothing_is_exact_in_float(color_run):

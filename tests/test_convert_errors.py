@@ -222,9 +222,10 @@ def test_unknown_keywords_name_the_nearest_valid_one(vit_file, tmp_path):
     (dict(min_agreement=-0.2), r"in \(0, 1\]"),
     (dict(min_agreement="high"), r"in \(0, 1\].*'high'"),
     (dict(min_agreement=0.99, quantize="float16"), "int8 only"),
-    (dict(min_agreement=0.995, calibration_size=250), r"`calibration_size` \(--calibration-size\) of at least 300: "
-                                                      "100 images to calibrate on and 200 held out.*got 250"),
-    (dict(min_agreement=0.995, calibration=images(260)), "at least 300 calibration images.*has 260"),
+    (dict(min_agreement=0.995, calibration_size=250), r"`calibration_size` \(--calibration-size\) of at least 1100: "
+                                                      "100 images to calibrate on and 1000 held out.*got 250"),
+    (dict(min_agreement=0.995, calibration=images(260), calibration_size=2000),
+     "at least 1100 calibration images.*has 260"),
 ])
 def test_min_agreement_bad_inputs_fail_before_any_conversion(vit_file, tmp_path, monkeypatch, settings, message):
     def no_conversion(*args, **kwargs):

@@ -1,6 +1,7 @@
 """`vit-keras export-web` tested as a person would: the site is served by a plain static server (`python -m
 http.server`) and opened in Debian's Chromium, with every request that leaves 127.0.0.1 refused and recorded."""
 
+import base64
 import json
 import os
 import re
@@ -242,20 +243,25 @@ def test_page_top1_equals_cli_on_photos(mode, rgb_sites, browser, tmp_path, caps
 # (width, height) -> the model's (width, height): reduce factors 1 to 6 before the triangle filter, and upscaling.
 RESIZE_CASES = {(97, 61): (32, 32), (640, 480): (32, 32), (513, 300): (224, 224), (45, 61): (32, 32),
                 (20, 15): (32, 32), (300, 200): (28, 40)}
-RESIZE_IN_PAGE = """async ([data, width, height, outWidth, outHeight, draft]) => {
+# Bytes cross into the page and back as base64: Playwright serializes a list element by element, which took minutes.
+RESIZE_IN_PAGE = """async ([encoded, width, height, outWidth, outHeight, draft]) => {
   const {jpegDraft, resizeAsPillow} = await import("./resize.js");
-  let pixels = {data: new Uint8ClampedArray(data), width, height};
+  let pixels = {data: Uint8ClampedArray.from(atob(encoded), (c) => c.charCodeAt(0)), width, height};
   if (draft) pixels = jpegDraft(pixels, outWidth, outHeight);
-  return [pixels.width, pixels.height, Array.from(resizeAsPillow(pixels, outWidth, outHeight).data)];
+  const out = resizeAsPillow(pixels, outWidth, outHeight).data;
+  let binary = "";
+  for (let i = 0; i < out.length; i += 8192) binary += String.fromCharCode(...out.subarray(i, i + 8192));
+  return [pixels.width, pixels.height, btoa(binary)];
 }"""
 
 
 def resize_in_page(site, rgb, size, draft=False):
     """resize.js in the page on an (H, W, 3) uint8 array: (the size after jpegDraft, the (h, w, 3) result)."""
     rgba = np.concatenate([rgb, np.full(rgb.shape[:2] + (1,), 255, np.uint8)], axis=-1)
-    width, height, data = site.page.evaluate(RESIZE_IN_PAGE, [rgba.ravel().tolist(), rgb.shape[1], rgb.shape[0],
-                                                              *size, draft])
-    return (width, height), np.asarray(data, np.uint8).reshape(size[1], size[0], 4)[..., :3]
+    width, height, encoded = site.page.evaluate(RESIZE_IN_PAGE, [base64.b64encode(rgba.tobytes()).decode("ascii"),
+                                                                 rgb.shape[1], rgb.shape[0], *size, draft])
+    data = np.frombuffer(base64.b64decode(encoded), np.uint8)
+    return (width, height), data.reshape(size[1], size[0], 4)[..., :3]
 
 
 @needs_browser
