@@ -377,8 +377,9 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
 
     labels: a list, a file path, or None for labels.txt beside the .keras file.
     calibration: a data spec or uint8 images (N, H, W, C); required for int8.
-    float_ops: the TFLite op types (or dense roles: ``split_float_ops``) int8 keeps in float, besides the residual stream and a conv stem (any set but ()
-      keeps those too, as ``convert.sensitivity`` measures); () gives a plain full-int8 graph.
+    float_ops: the TFLite op types (or dense roles: ``split_float_ops``) int8 keeps in float, besides the residual
+      stream and a conv stem (any set but () keeps those too, as ``convert.sensitivity`` measures); () gives a plain
+      full-int8 graph.
     min_agreement: int8 only; instead of ``float_ops``, keep the fewest ops in float whose top-1 agreement with
       Keras on a held-out part of the calibration images is at least this (``held_out_count`` of them, never
       calibrated on); the summary's "sweep" holds the rows tried (agreement, size, latency).

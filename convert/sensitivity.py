@@ -126,8 +126,9 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
     tried, the chosen one marked "chosen").
 
     Tries full int8, then the ops without int8 XNNPACK kernels, then ranks the candidate groups (op types, and
-    dense roles) by what each alone adds to those and adds them in that order until the target is met. ValueError, with the rows, if
-    even all of them fall short. Each row also has its size and 2-thread LiteRT latency (the trade-off).
+    dense roles) by what each alone adds to those and adds them in that order until the target is met. ValueError,
+    with the rows, if even all of them fall short. Each row also has its size and 2-thread LiteRT latency (the
+    trade-off).
     """
     calibrated = convert_graph(model, "int8", calibration, dynamic_batch)
     with tempfile.TemporaryDirectory() as folder:

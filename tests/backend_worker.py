@@ -1,16 +1,17 @@
 """Run the model library under the Keras backend of this process; save what it computes.
 
-    KERAS_BACKEND=jax python tests/backend_worker.py OUT_DIR [--load A.keras B.keras ...] [--skip-cases]
+    KERAS_BACKEND=jax python tests/backend_worker.py OUT_DIR [--load A.keras B.keras ...]
 
 Writes OUT_DIR/<backend>.npz: the logits of every checkpoint layout in tests/fixtures/weights, the attention maps,
 ``vit_keras.predict``'s outputs, a resized model's logits, the attention heatmap; OUT_DIR/<backend>.keras, a saved model; and the logits of each
-``--load`` file as ``loaded/<file stem>``. Also records which heavy modules were imported (TensorFlow must not be
+``--load`` file as ``loaded/<file stem>``, once the worker writing it has renamed it into place. Also records which heavy modules were imported (TensorFlow must not be
 under JAX or PyTorch). Used by tests/test_backends.py.
 """
 
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -45,16 +46,27 @@ def checkpoint_path(case, file_name, out_dir):
     if file_name:
         return os.path.join(FIXTURES, file_name)
     path = os.path.join(out_dir, f"{case}.npz")  # a hybrid: regenerated from its seed, as test_weights does
-    if not os.path.exists(path):
-        np.savez(path, **wc.hybrid_checkpoint(case))
+    if not os.path.exists(path):  # the backends' workers run at once: each writes its own copy, then renames it
+        partial = os.path.join(out_dir, f"{case}.{os.getpid()}.npz")
+        np.savez(partial, **wc.hybrid_checkpoint(case))
+        os.replace(partial, path)
+    return path
+
+
+def wait_for(path, timeout=600):
+    """Until another backend's worker has renamed its finished .keras file into place."""
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise TimeoutError(f"{path} was not written within {timeout} s")
+        time.sleep(0.2)
     return path
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out_dir")
-    parser.add_argument("--load", nargs="*", default=[])
-    parser.add_argument("--skip-cases", action="store_true", help="only load the --load files")
+    parser.add_argument("--load", nargs="*", default=[], help="other backends' .keras files, loaded once written")
     args = parser.parse_args()
 
     import keras
@@ -65,29 +77,29 @@ def main():
     backend = keras.backend.backend()
     numpy = keras.ops.convert_to_numpy  # a torch tensor that needs grad refuses np.asarray
     results = {}
-    if not args.skip_cases:
-        with np.load(os.path.join(FIXTURES, "expected.npz")) as expected:
-            seeds = {case: int(expected[f"{case}/image_seed"]) for case in CASES}
-        for case, (name, config, file_name, size) in CASES.items():
-            model = vit_keras.create_model(name, weights=checkpoint_path(case, file_name, args.out_dir), **config)
-            results[f"logits/{case}"] = numpy(model(wc.images(size, seeds[case])))
-        name, config, file_name, size = CASES["google_augreg"]
-        model = vit_keras.create_model(name, weights=os.path.join(FIXTURES, file_name), **config)
-        images = wc.images(size, 1)
-        maps = model.attention_maps(images)
-        results.update({f"attention/{i}": numpy(m) for i, m in enumerate(maps)})
-        results["predict"] = vit_keras.predict(model, np.concatenate([images, images[:1]]), batch_size=2)  # 2 + 1
-        results["heatmap"] = np.asarray(visualize.attention_heatmap(model, (images + 1) * 127.5))
-        resized = vit_keras.resize_model(model, (96, 80))
-        results["resized"] = numpy(resized(wc.images((96, 80), 0)))
-        # Recorded before saving: Keras's own serialization imports TensorFlow whenever it is installed.
-        results["modules"] = np.asarray(sorted({m.split(".")[0] for m in sys.modules} & {"tensorflow", "jax", "torch"}))
-        model.save(os.path.join(args.out_dir, f"{backend}.keras"))
+    with np.load(os.path.join(FIXTURES, "expected.npz")) as expected:
+        seeds = {case: int(expected[f"{case}/image_seed"]) for case in CASES}
+    for case, (name, config, file_name, size) in CASES.items():
+        model = vit_keras.create_model(name, weights=checkpoint_path(case, file_name, args.out_dir), **config)
+        results[f"logits/{case}"] = numpy(model(wc.images(size, seeds[case])))
+    name, config, file_name, size = CASES["google_augreg"]
+    model = vit_keras.create_model(name, weights=os.path.join(FIXTURES, file_name), **config)
+    images = wc.images(size, 1)
+    maps = model.attention_maps(images)
+    results.update({f"attention/{i}": numpy(m) for i, m in enumerate(maps)})
+    results["predict"] = vit_keras.predict(model, np.concatenate([images, images[:1]]), batch_size=2)  # 2 + 1
+    results["heatmap"] = np.asarray(visualize.attention_heatmap(model, (images + 1) * 127.5))
+    resized = vit_keras.resize_model(model, (96, 80))
+    results["resized"] = numpy(resized(wc.images((96, 80), 0)))
+    # Recorded before saving: Keras's own serialization imports TensorFlow whenever it is installed.
+    results["modules"] = np.asarray(sorted({m.split(".")[0] for m in sys.modules} & {"tensorflow", "jax", "torch"}))
+    partial = os.path.join(args.out_dir, f"partial_{backend}.keras")
+    model.save(partial)
+    os.replace(partial, os.path.join(args.out_dir, f"{backend}.keras"))
     for path in args.load:
-        model = vit_keras.load_model(path)
+        model = vit_keras.load_model(wait_for(path))
         results[f"loaded/{os.path.splitext(os.path.basename(path))[0]}"] = numpy(model(wc.images(64, 0)))
-    suffix = "_load" if args.skip_cases else ""
-    np.savez(os.path.join(args.out_dir, f"{backend}{suffix}.npz"), **results)
+    np.savez(os.path.join(args.out_dir, f"{backend}.npz"), **results)
 
 
 if __name__ == "__main__":

@@ -45,14 +45,12 @@ def run_workers(out_dir, jobs):
 
 @functools.lru_cache(maxsize=1)
 def results(out_dir):
-    """Every backend's results: first each runs the cases and saves its .keras file, then each loads the other
-    two backends' files (``<backend>_load``). The backends of each phase run at the same time."""
-    run_workers(out_dir, [(backend, []) for backend in BACKENDS])
-    run_workers(out_dir, [(backend, ["--skip-cases", "--load",
-                                     *[os.path.join(out_dir, f"{b}.keras") for b in BACKENDS if b != backend]])
-                          for backend in BACKENDS])
+    """Every backend's results. The three workers run at once: each runs the cases and saves its .keras file,
+    then loads the other two backends' files as they appear."""
+    others = {backend: [os.path.join(out_dir, f"{b}.keras") for b in BACKENDS if b != backend] for backend in BACKENDS}
+    run_workers(out_dir, [(backend, ["--load", *others[backend]]) for backend in BACKENDS])
     loaded = {}
-    for name in (*BACKENDS, *[f"{b}_load" for b in BACKENDS]):
+    for name in BACKENDS:
         with np.load(os.path.join(out_dir, f"{name}.npz")) as data:
             loaded[name] = {k: data[k] for k in data.files}
     return loaded
@@ -108,11 +106,11 @@ def test_predict_gives_tensorflows_outputs(computed, backend):
 
 
 def test_keras_files_load_across_backends(computed):
-    reference = computed["jax_load"]["loaded/tensorflow"]
+    reference = computed["jax"]["loaded/tensorflow"]
     assert np.abs(reference).max() > 0
     pairs = [(reader, writer) for reader in BACKENDS for writer in BACKENDS if reader != writer]
     for reader, writer in pairs:  # every backend reads the other two's files
-        diff = float(np.abs(computed[f"{reader}_load"][f"loaded/{writer}"] - reference).max())
+        diff = float(np.abs(computed[reader][f"loaded/{writer}"] - reference).max())
         assert diff <= TOLERANCE, f"{writer}.keras read under {reader}: max abs diff {diff:.2e}"
 
 

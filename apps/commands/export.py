@@ -12,8 +12,9 @@ def add_arguments(parser):
                         help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH")
     parser.add_argument("--calibration-size", type=int, default=300, help="calibration images (default 300)")
     parser.add_argument("--min-agreement", type=float, default=None, metavar="FRACTION",
-                        help="int8: keep the fewest ops in float whose top-1 agreement with Keras, on a held-out "
-                             "part of the calibration images, is at least this (e.g. 0.995); prints the rows tried")
+                        help="int8: keep in float what makes top-1 agreement with Keras, on a held-out part of "
+                             "the calibration images (5 / (1 - FRACTION) of them), at least this, in the smallest "
+                             "file (e.g. 0.995, with --calibration-size 1300); prints the rows tried")
     parser.add_argument("--out", default="model.tflite", help="output .tflite (written atomically)")
     parser.add_argument("--labels", default=None, metavar="FILE", help="class names, one a line (default: beside MODEL)")
     parser.add_argument("--dynamic-batch", action="store_true", help="a dynamic batch dimension instead of batch 1")
@@ -48,6 +49,7 @@ def run(args):
     if "sweep" in summary:
         from vit_keras.convert.sensitivity import format_sweep
 
-        print(f"ops kept in float: the fewest meeting --min-agreement {args.min_agreement} on the held-out images\n"
+        print(f"ops kept in float: the smallest file meeting --min-agreement {args.min_agreement} on the held-out "
+              "images\n"
               + format_sweep(summary["sweep"]))
     return 0
