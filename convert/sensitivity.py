@@ -30,7 +30,7 @@ CANDIDATES = ("CONV_2D", "FULLY_CONNECTED", "ADD", "MEAN", "SUB", "MUL", "CONCAT
 # size and speed: the head almost none, fc1 or fc2 a third of a block's).
 SWEEP_CANDIDATES = (("MEAN", "SUB", "MUL"), ("CONCATENATION",), ("SLICE",), ("SPLIT",), ("ADD",), ("CONV_2D",),
                     *((f"FULLY_CONNECTED:{role}",) for role in DENSE_ROLES))
-SAME_SIZE = 0.02  # files within this fraction of full int8's size count as int8's size when the sweep chooses
+SAME_SIZE = 0.02  # files within this fraction of each other's size count as the same size when the sweep chooses
 MIN_HELD_OUT_IMAGES = 100  # the least that `min_agreement`'s sweep measures agreement on
 DISAGREEMENTS_ALLOWED = 5  # that the target allows among the held-out images (``held_out_count``)
 
@@ -125,7 +125,8 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
     ``held_out`` (uint8 images the calibration never saw) is at least ``min_agreement``: (model bytes, the rows
     tried, the chosen one marked "chosen").
 
-    Tries full int8, then the ops without int8 XNNPACK kernels, then ranks the candidate groups (op types, and
+    Measures full int8 (never chosen: slower than float32), then keeps the ops without int8 XNNPACK kernels in
+    float and, if that falls short, ranks the candidate groups (op types, and
     dense roles) by what each alone adds to those and adds them in that order until the target is met. ValueError,
     with the rows, if even all of them fall short. Each row also has its size and 2-thread LiteRT latency (the
     trade-off).
@@ -140,7 +141,8 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
             return rows[-1]
 
         base = tuple(INT8_XNNPACK_FLOAT_OPS)
-        passing = [row for row in (tried(()), tried(base)) if row["agreement"] >= min_agreement][:1]
+        tried(())  # full int8, for the trade-off only: its ops without XNNPACK int8 kernels run 3-5x slower
+        passing = [row for row in (tried(base),) if row["agreement"] >= min_agreement]
         if not passing:
             singles = {group: tried(base + group) for group in candidates}
             passing = [row for row in singles.values() if row["agreement"] >= min_agreement]
@@ -152,7 +154,7 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
                     passing = [rows[-1]]
                     break
         if passing:
-            size = rows[0]["bytes"]
+            size = rows[1]["bytes"]
             chosen = min(passing, key=lambda row: (size_step(row, size), row["float_op_count"], -row["agreement"]))
             chosen["chosen"] = True
             return prober.quantize(chosen["float_ops"]), rows
@@ -162,7 +164,8 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
 
 
 def size_step(row, int8_bytes):
-    """The row's size in steps of SAME_SIZE of full int8's: the sweep prefers a smaller step, then fewer float ops."""
+    """The row's size in steps of SAME_SIZE of ``int8_bytes`` (the file with only the ops without int8 XNNPACK
+    kernels in float): the sweep prefers a smaller step, then fewer float ops."""
     return round(row["bytes"] / (int8_bytes * SAME_SIZE))
 
 
