@@ -24,9 +24,9 @@ from .graph import DENSE_ROLES, keras_scores, norm_count
 from .verify import latency_ms, op_precisions, predict
 
 CANDIDATES = ("CONV_2D", "FULLY_CONNECTED", "ADD", "MEAN", "SUB", "MUL", "CONCATENATION")
-# What ``fewest_float_ops`` may add to the ops without int8 XNNPACK kernels, in groups that only help together
-# (LayerNorm's statistics and scale: MUL alone in float makes it worse): the default's ops first, then the ops
-# that hold the weights, the dense layers one role at a time (each role in float gives up its share of int8's
+# What ``fewest_float_ops`` may add to the default int8 file's float ops (groups already in it are skipped), in
+# groups that only help together (LayerNorm's statistics and scale: MUL alone in float makes it worse): the
+# default's ops first, then the ops that hold the weights, the dense layers one role at a time (each role in float gives up its share of int8's
 # size and speed: the head almost none, fc1 or fc2 a third of a block's).
 SWEEP_CANDIDATES = (("MEAN", "SUB", "MUL"), ("CONCATENATION",), ("SLICE",), ("SPLIT",), ("ADD",), ("CONV_2D",),
                     *((f"FULLY_CONNECTED:{role}",) for role in DENSE_ROLES))
@@ -125,11 +125,10 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
     ``held_out`` (uint8 images the calibration never saw) is at least ``min_agreement``: (model bytes, the rows
     tried, the chosen one marked "chosen").
 
-    Measures full int8 (never chosen: slower than float32), then keeps the ops without int8 XNNPACK kernels in
-    float and, if that falls short, ranks the candidate groups (op types, and
-    dense roles) by what each alone adds to those and adds them in that order until the target is met. ValueError,
-    with the rows, if even all of them fall short. Each row also has its size and 2-thread LiteRT latency (the
-    trade-off).
+    Measures full int8 and the XNNPACK minimum (never chosen), then the default int8 file (``INT8_FLOAT_OPS``)
+    and, if that falls short, ranks the candidate groups (op types, and dense roles) by what each alone adds to
+    it and adds them in that order until the target is met. ValueError, with the rows, if even all of them fall
+    short. Each row also has its size and 2-thread LiteRT latency (the trade-off).
     """
     calibrated = convert_graph(model, "int8", calibration, dynamic_batch)
     with tempfile.TemporaryDirectory() as folder:
@@ -140,9 +139,11 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
             rows.append(prober.row(float_ops))
             return rows[-1]
 
-        base = tuple(INT8_XNNPACK_FLOAT_OPS)
-        tried(())  # full int8, for the trade-off only: its ops without XNNPACK int8 kernels run 3-5x slower
+        tried(())  # full int8 and the XNNPACK minimum, for the trade-off: full int8 runs 3-5x slower than float32,
+        tried(tuple(INT8_XNNPACK_FLOAT_OPS))  # and the minimum was no faster than the default in the zoo
+        base = tuple(INT8_FLOAT_OPS)
         passing = [row for row in (tried(base),) if row["agreement"] >= min_agreement]
+        candidates = [group for group in candidates if not set(group) <= set(base)]
         if not passing:
             singles = {group: tried(base + group) for group in candidates}
             passing = [row for row in singles.values() if row["agreement"] >= min_agreement]
@@ -154,7 +155,7 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
                     passing = [rows[-1]]
                     break
         if passing:
-            size = rows[1]["bytes"]
+            size = rows[2]["bytes"]
             chosen = min(passing, key=lambda row: (size_step(row, size), row["float_op_count"], -row["agreement"]))
             chosen["chosen"] = True
             return prober.quantize(chosen["float_ops"]), rows
@@ -164,8 +165,8 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
 
 
 def size_step(row, int8_bytes):
-    """The row's size in steps of SAME_SIZE of ``int8_bytes`` (the file with only the ops without int8 XNNPACK
-    kernels in float): the sweep prefers a smaller step, then fewer float ops."""
+    """The row's size in steps of SAME_SIZE of ``int8_bytes`` (the default int8 file's): the sweep prefers a
+    smaller step, then fewer float ops."""
     return round(row["bytes"] / (int8_bytes * SAME_SIZE))
 
 

@@ -402,11 +402,13 @@ def test_min_agreement_keeps_the_fewest_float_ops_that_meet_it(run_dir, fashion,
     rows = summary["sweep"]
     chosen = [row for row in rows if row.get("chosen")]
     assert len(chosen) == 1 and chosen[0]["agreement"] >= target
-    step = size_step(chosen[0], rows[1]["bytes"])  # rows[0], full int8, is measured but never chosen
-    assert all(row["agreement"] < target for row in rows[1:] if size_step(row, rows[1]["bytes"]) < step or (
-        size_step(row, rows[1]["bytes"]) == step and row["float_op_count"] < chosen[0]["float_op_count"]))
+    default = rows[2]  # after full int8 and the XNNPACK minimum, measured but never chosen
+    assert default["float_ops"] == tflite_export.INT8_FLOAT_OPS
+    step = size_step(chosen[0], default["bytes"])
+    assert all(row["agreement"] < target for row in rows[2:] if size_step(row, default["bytes"]) < step or (
+        size_step(row, default["bytes"]) == step and row["float_op_count"] < chosen[0]["float_op_count"]))
     assert all(row["bytes"] > 0 and row["latency_ms"] > 0 for row in rows)
-    assert rows[0]["float_ops"] == () and not rows[0].get("chosen") and len(rows) >= 2  # full int8 first
+    assert rows[0]["float_ops"] == () and not any(row.get("chosen") for row in rows[:2]) and len(rows) >= 3
     held_out = images[-held_out_count(target):]
     model = tflite_export.load_vit(run_dir / "model.keras")
     agreement = np.mean(predict(out, held_out).argmax(-1) == keras_scores(model, held_out).argmax(-1))
