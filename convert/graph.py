@@ -292,7 +292,8 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
         observe_norm(block.norm2, normed)
     fc1_kernel = numpy(block.fc1.kernel) * (1.0 if smooth2 is None else smooth2[:, None])
     hidden = tf.nn.gelu(dense(block.fc1, normed, "mlp_in", kernel=fc1_kernel), approximate=block.gelu_approximate)
-    return tf.add(z, dense(block.fc2, hidden, "mlp_out"), name="residual")  # named: int8 keeps the residual stream in float
+    # named: int8 keeps the residual stream in float
+    return tf.add(z, dense(block.fc2, hidden, "mlp_out"), name="residual")
 
 
 def takes_raw_pixels(model, quantize):

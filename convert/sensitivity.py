@@ -24,12 +24,10 @@ from .graph import DENSE_ROLES, keras_scores, norm_count
 from .verify import latency_ms, op_precisions, predict
 
 CANDIDATES = ("CONV_2D", "FULLY_CONNECTED", "ADD", "MEAN", "SUB", "MUL", "CONCATENATION")
-# What ``fewest_float_ops`` may add to the default int8 file's float ops (groups already in it are skipped), in
-# groups that only help together (LayerNorm's statistics and scale: MUL alone in float makes it worse): the
-# default's ops first, then the ops that hold the weights, the dense layers one role at a time (each role in float gives up its share of int8's
-# size and speed: the head almost none, fc1 or fc2 a third of a block's).
-SWEEP_CANDIDATES = (("MEAN", "SUB", "MUL"), ("CONCATENATION",), ("SLICE",), ("SPLIT",), ("ADD",), ("CONV_2D",),
-                    *((f"FULLY_CONNECTED:{role}",) for role in DENSE_ROLES))
+# What ``fewest_float_ops`` may add to the default int8 file's float ops (INT8_FLOAT_OPS): the other ADDs, then
+# the ops that hold the weights, the dense layers one role at a time (each role in float gives up its share of
+# int8's size and speed: the head almost none, fc1 or fc2 a third of a block's).
+SWEEP_CANDIDATES = (("ADD",), ("CONV_2D",), *((f"FULLY_CONNECTED:{role}",) for role in DENSE_ROLES))
 SAME_SIZE = 0.02  # files within this fraction of each other's size count as the same size when the sweep chooses
 MIN_HELD_OUT_IMAGES = 100  # the least that `min_agreement`'s sweep measures agreement on
 DISAGREEMENTS_ALLOWED = 5  # that the target allows among the held-out images (``held_out_count``)
@@ -142,8 +140,8 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
         tried(())  # full int8 and the XNNPACK minimum, for the trade-off: full int8 runs 3-5x slower than float32,
         tried(tuple(INT8_XNNPACK_FLOAT_OPS))  # and the minimum was no faster than the default in the zoo
         base = tuple(INT8_FLOAT_OPS)
-        passing = [row for row in (tried(base),) if row["agreement"] >= min_agreement]
-        candidates = [group for group in candidates if not set(group) <= set(base)]
+        default = tried(base)
+        passing = [default] if default["agreement"] >= min_agreement else []
         if not passing:
             singles = {group: tried(base + group) for group in candidates}
             passing = [row for row in singles.values() if row["agreement"] >= min_agreement]
@@ -155,8 +153,8 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
                     passing = [rows[-1]]
                     break
         if passing:
-            size = rows[2]["bytes"]
-            chosen = min(passing, key=lambda row: (size_step(row, size), row["float_op_count"], -row["agreement"]))
+            chosen = min(passing, key=lambda row: (size_step(row, default["bytes"]), row["float_op_count"],
+                                                   -row["agreement"]))
             chosen["chosen"] = True
             return prober.quantize(chosen["float_ops"]), rows
     raise ValueError(f"no set of float ops reaches `min_agreement`={min_agreement} on {len(held_out)} held-out "

@@ -170,10 +170,9 @@ def start_run(out_dir, record, chief=True):
     os.makedirs(out_dir, exist_ok=True)
     config_path = os.path.join(out_dir, "config.json")
     previous = read_json(config_path)
-    keys = [key for key in record if key in previous or key not in ADDED_KEYS]
-    same = {key: previous.get(key) for key in keys} == {key: value for key, value in
-                                                        json.loads(json.dumps(record, default=str)).items()
-                                                        if key in keys}
+    recorded = json.loads(json.dumps(record, default=str))  # as config.json holds it
+    same = all(previous.get(key) == value for key, value in recorded.items()
+               if key in previous or key not in ADDED_KEYS)
     if previous.get("completed") and same:
         print(f"{out_dir} already holds this finished run; nothing to do (delete the folder to retrain).")
         return previous
