@@ -19,23 +19,29 @@ def readout_row(weights, prefix, gap):
     return weights if weights.shape[1] == 1 else token_slice(weights, 0, 1)
 
 
-def attention_rollout(model, maps):
+def attention_rollout(model, maps, token_weights=None):
     """The attention rollout (Abnar & Zuidema, 2020) of ``maps`` (``forward``'s attention_maps), as
     vit_keras.visualize.attention_heatmap computes it, over the patch grid: (B, grid_h, grid_w).
 
     Only the row the prediction reads is carried, from the last block down: row <- row (A + I) / 2, with A the
     heads' mean (its rows sum to 1, so (A + I) / 2 is the renormalized matrix): one vector-matrix
-    BATCH_MATMUL a head and block. Its ADDs are named, so int8 can keep them in float (``rollout_output_names``
-    finds the last op, which the converter renames after the output)."""
+    BATCH_MATMUL a head and block. Under sequence pooling the first row is its ``token_weights`` (B, 1, N) over
+    the patch tokens. Its ADDs are named, so int8 can keep them in float (``rollout_output_names`` finds the
+    last op, which the converter renames after the output)."""
     encoder = model.patch_encoder
-    prefix, gap = int(bool(encoder.class_token)), model.pooling_layer.pooling != "token"
+    pooling = model.pooling_layer.pooling
+    prefix, gap = int(bool(encoder.class_token)), pooling == "gap"
     tokens = maps[0][0].shape[-1]
+    row = None
+    if pooling == "sequence":  # the readout row over all T tokens: the weights, zero at a class token
+        row = token_weights
+        if prefix:
+            row = tf.matmul(row, tf.constant(np.eye(tokens, dtype="float32")[prefix:]))
     start = np.zeros((1, 1, tokens), "float32")  # the identity's part of the first row
     if gap:
         start[..., prefix:] = 1.0 / (tokens - prefix)
     else:
         start[..., 0] = 1.0
-    row = None
     for heads in reversed(maps):
         parts = [readout_row(w, prefix, gap) for w in heads] if row is None else [tf.matmul(row, w) for w in heads]
         total = parts[0]

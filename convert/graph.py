@@ -39,7 +39,7 @@ from vit_keras.stems import ResNetV2Stem
 # one mean and std.
 RGB_TO_GRAY = np.array(LUMA_WEIGHTS, dtype="float32")
 # The names of the graph's FULLY_CONNECTED layers by role; no digits, as TF and the converter append numbers.
-DENSE_ROLES = ("qkv", "attention_out", "mlp_in", "mlp_out", "pre_logits", "head")
+DENSE_ROLES = ("qkv", "attention_out", "mlp_in", "mlp_out", "sequence_pool", "pre_logits", "head")
 RGB_TO_GRAY /= RGB_TO_GRAY.sum()
 
 
@@ -117,7 +117,8 @@ def dense(layer, x, role, kernel=None, bias=None):
     """``layer`` as one FULLY_CONNECTED, named by its ``role`` (one of DENSE_ROLES: int8 may keep a role in float)."""
     kernel = numpy(layer.kernel) if kernel is None else kernel
     bias = numpy(layer.bias) if bias is None else bias
-    y = tf.add(tf.matmul(x, tf.constant(kernel)), tf.constant(bias), name=role)
+    # The MatMul carries the role: the converter folds away a zero bias's ADD, and its name with it.
+    y = tf.add(tf.matmul(x, tf.constant(kernel), name=role), tf.constant(bias), name=f"{role}_bias")
     return y if layer.activation is keras.activations.linear else layer.activation(y)
 
 
@@ -150,7 +151,8 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
             out_kernel[v.start - 2 * d: v.stop - 2 * d] /= beta
 
     def project(inputs, col):
-        return tf.add(tf.matmul(inputs, tf.constant(kernel[:, col])), tf.constant(bias[col]), name="qkv")
+        return tf.add(tf.matmul(inputs, tf.constant(kernel[:, col]), name="qkv"), tf.constant(bias[col]),
+                      name="qkv_bias")
 
     if scales is not None and not query_tokens:
         order = np.concatenate([np.arange(d * 3)[col] for head in cols for col in head])  # head-major q, k, v
@@ -304,7 +306,7 @@ def takes_raw_pixels(model, quantize):
 
 
 def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scales=None, observe_norm=None,
-            attention_maps=None):
+            attention_maps=None, token_weights=None):
     """Softmax scores for RGB ``images`` (B, H, W, 3).
 
     raw_pixels=True: images are 0-255 pixels, normalized here (``takes_raw_pixels``); False: already
@@ -312,6 +314,7 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
     qkv_scales: {attention layer path: per-head (alpha, beta)} for the int8 graph's fused qkv.
     norm_scales: {LayerNorm path: per-channel factor} smoothing the blocks' LayerNorm outputs (``norm_scales``).
     attention_maps: a list that gets each block's per-head attention weights appended, first block first.
+    token_weights: a list that gets sequence pooling's token weights appended (``readout``).
     """
     x = images
     channels = model.vit_config["channels"]
@@ -343,17 +346,28 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
         scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None
         x = transformer_block(block, x, scales, observe, norm_scales, observe_norm, maps=attention_maps)
     x = layer_norm(model.encoder_norm, x)
-    pool = model.pooling_layer
-    if pool.pooling == "token":
-        x = tf.reshape(x, (-1, x.shape[-1]))  # (B, 1, D) -> (B, D): a RESHAPE, not a STRIDED_SLICE
-    else:
-        if pool.class_token:
-            x = token_slice(x, 1)
-        x = tf.reduce_mean(x, axis=1)
+    x = readout(model.pooling_layer, x, token_weights)
     for layer, role in ((model.pre_logits, "pre_logits"), (model.head, "head")):
         if layer is not None:
             x = dense(layer, x, role)
     return tf.nn.softmax(tf.cast(x, tf.float32), axis=-1)
+
+
+def readout(pool, x, token_weights=None):
+    """Eq. 4's readout (vit_keras.readout.TokenPooling) of the normalized tokens (B, T, D): (B, D).
+    token_weights: a list that gets sequence pooling's weights over the patch tokens appended, (B, 1, N)."""
+    width = x.shape[-1]
+    if pool.pooling == "token":
+        return tf.reshape(x, (-1, width))  # (B, 1, D) -> (B, D): a RESHAPE, not a STRIDED_SLICE
+    if pool.class_token:
+        x = token_slice(x, 1)
+    if pool.pooling == "gap":
+        return tf.reduce_mean(x, axis=1)
+    tokens = x.shape[1]  # sequence pooling: softmax(z w + b)^T z, as one BATCH_MATMUL
+    weights = tf.nn.softmax(tf.reshape(dense(pool.score, x, "sequence_pool"), (-1, 1, tokens)), axis=-1)
+    if token_weights is not None:
+        token_weights.append(weights)
+    return tf.reshape(tf.matmul(weights, x), (-1, width))
 
 
 def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None, norm_scales=None, attention_output=False):
@@ -366,13 +380,14 @@ def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None, norm_sca
 
     @tf.function(input_signature=[spec], autograph=False)
     def serve(image):
-        maps = [] if attention_output else None
-        scores = forward(model, image, raw_pixels, qkv_scales, norm_scales=norm_scales, attention_maps=maps)
+        maps, weights = ([], []) if attention_output else (None, None)
+        scores = forward(model, image, raw_pixels, qkv_scales, norm_scales=norm_scales, attention_maps=maps,
+                         token_weights=weights)
         if not attention_output:
             return {"scores": scores}
         from .attention_output import attention_rollout
 
-        return [scores, attention_rollout(model, maps)]
+        return [scores, attention_rollout(model, maps, *weights)]
 
     return serve.get_concrete_function()
 

@@ -19,7 +19,8 @@ import tempfile
 import numpy as np
 
 from .export import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, MIN_CALIBRATION_IMAGES, calibration_images,
-                     check_builtin_ops, convert_graph, default_float_nodes, quantize_int8)
+                     check_builtin_ops, convert_graph, default_float_nodes, dense_role_nodes, quantize_int8,
+                     split_float_ops)
 from .graph import DENSE_ROLES, keras_scores, norm_count
 from .verify import latency_ms, op_precisions, predict
 
@@ -129,6 +130,7 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
     short. Each row also has its size and 2-thread LiteRT latency (the trade-off).
     """
     calibrated = convert_graph(model, "int8", calibration, dynamic_batch)
+    candidates = [group for group in candidates if in_graph(calibrated, group)]
     with tempfile.TemporaryDirectory() as folder:
         prober = Prober(model, calibrated, held_out, folder, latency_runs)
         rows = []
@@ -160,6 +162,13 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
     raise ValueError(f"no set of float ops reaches `min_agreement`={min_agreement} on {len(held_out)} held-out "
                      f"images (best {max(row['agreement'] for row in rows):.4f}); export float16 or dynamic "
                      "instead.\n" + format_sweep(rows))
+
+
+def in_graph(calibrated, group):
+    """Whether every dense role of a candidate group has layers in the graph (a model without pre-logits or
+    sequence pooling has none of theirs, and keeping them in float would only repeat the default row)."""
+    roles = split_float_ops(group)[1]
+    return all(dense_role_nodes(calibrated, [role]) for role in roles)
 
 
 def size_step(row, int8_bytes):

@@ -436,6 +436,28 @@ def test_a_dense_role_in_float_keeps_that_layer_of_every_block(run_dir, fashion,
     assert not (tmp_path / "bad.tflite").exists()
 
 
+def test_sequence_pooling_exports_to_int8_with_its_score_layer_as_a_dense_role(fashion, tmp_path):
+    """A sequence-pooled model's int8 file: its token-score layer is the "sequence_pool" role, which float_ops can
+    keep in float (one FULLY_CONNECTED more), and the sweep tries it only where the model has it."""
+    from vit_keras.convert.export import convert_graph
+    from vit_keras.convert.sensitivity import SWEEP_CANDIDATES, in_graph
+    from vit_keras.convert.verify import op_precisions
+
+    keras.utils.set_random_seed(2)
+    model = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
+                                   mlp_dim=64, num_layers=1, num_classes=10, pooling="sequence")
+    counts = {}
+    for name, extra in (("default", ()), ("score_float", ("FULLY_CONNECTED:sequence_pool",))):
+        out = tmp_path / f"{name}.tflite"
+        tflite_export.export_tflite(model, out, quantize="int8", labels=LABELS, calibration=fashion[0][:100],
+                                    calibration_size=100, float_ops=tflite_export.INT8_FLOAT_OPS + extra)
+        counts[name] = op_precisions(out)[0].get("FULLY_CONNECTED", 0)
+    assert counts["score_float"] == counts["default"] + 1
+    calibrated = convert_graph(model, "int8", fashion[0][:100])
+    present = [group for group in SWEEP_CANDIDATES if in_graph(calibrated, group)]
+    assert ("FULLY_CONNECTED:sequence_pool",) in present and ("FULLY_CONNECTED:pre_logits",) not in present
+
+
 def test_layernorm_smoothing_is_exact_in_float(color_run):
     """LayerNorm outputs divided per channel, the next FULLY_CONNECTED's input rows multiplied: the export graph
     still equals Keras in float, and the factors are not all 1."""
@@ -552,17 +574,24 @@ def test_attention_output_equals_the_keras_rollout(run_dir, fashion, tmp_path):
             np.testing.assert_allclose(by_patch["patch 2,3"], expected[i, 2, 3], atol=1e-5)
 
 
-@pytest.mark.parametrize("class_token", [True, False])
-def test_attention_output_of_a_gap_model(tmp_path, fashion, class_token):
-    """Under GAP the rollout reads the mean of the patch rows, as visualize.rollout_heatmap does for pooling="gap"."""
+@pytest.mark.parametrize("pooling, class_token", [("gap", True), ("gap", False), ("sequence", True),
+                                                   ("sequence", False)])
+def test_attention_output_of_a_gap_or_sequence_pooled_model(tmp_path, fashion, pooling, class_token):
+    """Under GAP the rollout reads the mean of the patch rows, under sequence pooling their mean weighted by the
+    readout, as visualize.rollout_heatmap does; and the scores match Keras."""
     from vit_keras import visualize
 
     keras.utils.set_random_seed(1)
     model = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
-                                   mlp_dim=64, num_layers=2, num_classes=10, pooling="gap", class_token=class_token)
+                                   mlp_dim=64, num_layers=2, num_classes=10, pooling=pooling, class_token=class_token)
+    if pooling == "sequence":  # weights far from uniform, so a readout that ignored them would fail
+        model.pooling_layer.score.kernel.assign(np.random.default_rng(0).normal(0, 2, (32, 1)).astype("float32"))
     test = fashion[2][:5]
-    got = device_attention(attention_export(model, tmp_path / "gap.tflite", "float32"), test)
-    np.testing.assert_allclose(got, visualize.attention_heatmap(model, test), atol=1e-5)
+    path = attention_export(model, tmp_path / f"{pooling}.tflite", "float32")
+    np.testing.assert_allclose(device_attention(path, test), visualize.attention_heatmap(model, test), atol=1e-5)
+    plain = tmp_path / "plain.tflite"
+    tflite_export.export_tflite(model, plain, quantize="float32", labels=LABELS)
+    np.testing.assert_allclose(predict(plain, test), keras_scores(model, test), atol=1e-5)
 
 
 def test_attention_output_refuses_the_float_ops_sweep(run_dir, fashion, tmp_path):

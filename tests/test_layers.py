@@ -6,7 +6,8 @@ import pytest
 import vit_keras  # noqa: F401  (registers the layers)
 import keras
 from keras import ops
-from vit_keras.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
+from vit_keras.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TransformerBlock
+from vit_keras.readout import TokenPooling
 from vit_keras.stems import ConvStem, ResNetV2Stem, StdConv2D
 
 
@@ -74,6 +75,22 @@ def test_gap_encoder_without_class_token():
     np.testing.assert_allclose(ops.convert_to_numpy(pooled), np.arange(24).reshape(3, 8).mean(0)[None])
     with pytest.raises(ValueError, match="pooling"):
         TokenPooling("token", class_token=False)
+
+
+def test_sequence_pooling_is_a_softmax_weighted_mean_of_the_patch_tokens():
+    """CCT's y = softmax(z w + b)^T z over the patch tokens; a class token is skipped; the weights are learned."""
+    z = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+    pool = TokenPooling("sequence", class_token=True, name="pool")
+    pooled = ops.convert_to_numpy(pool(z))
+    kernel, bias = (ops.convert_to_numpy(w) for w in (pool.score.kernel, pool.score.bias))
+    logits = z[:, 1:] @ kernel[:, 0] + bias[0]
+    weights = np.exp(logits - logits.max(1, keepdims=True))
+    weights /= weights.sum(1, keepdims=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(pool.token_weights(z)), weights, rtol=1e-5)
+    np.testing.assert_allclose(pooled, np.einsum("bn,bnd->bd", weights, z[:, 1:]), rtol=1e-5, atol=1e-6)
+    assert [w.path for w in pool.trainable_weights] == ["pool/score/kernel", "pool/score/bias"]
+    with pytest.raises(ValueError, match="only 'sequence'"):
+        TokenPooling("gap", class_token=False).token_weights(z)
 
 
 def test_attention_weights_sum_to_one_and_match_fused_path():
@@ -168,6 +185,7 @@ def test_drop_path_drops_whole_samples_only_in_training():
     TransformerBlock(2, 16, dropout=0.1, attention_dropout=0.2, drop_path=0.1, gelu_approximate=True),
     TransformerBlock(2, 16, query_tokens=1),
     TokenPooling("gap", class_token=True),
+    TokenPooling("sequence", class_token=False),
 ])
 def test_layer_config_round_trip(layer):
     config = layer.get_config()

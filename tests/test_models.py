@@ -51,6 +51,7 @@ def test_convenience_functions_match_create_model():
     (dict(), (None, 5)),
     (dict(image_size=(32, 48)), (None, 5)),
     (dict(pooling="gap"), (None, 5)),
+    (dict(pooling="sequence"), (None, 5)),
     (dict(include_top=False), (None, 32)),
     (dict(representation_size=16), (None, 5)),
     (dict(stem="conv", patch_size=4, channels=1), (None, 5)),
@@ -125,7 +126,7 @@ def test_micro_batched_inference_rejects_bad_arguments():
 
 
 def test_save_load_round_trip_safe_mode(tmp_path):
-    model = tiny(pooling="gap", position_embedding="learned_2d", drop_path=0.1, stem="conv", patch_size=4,
+    model = tiny(pooling="sequence", position_embedding="learned_2d", drop_path=0.1, stem="conv", patch_size=4,
                  include_preprocessing=True)
     images = np.random.default_rng(0).uniform(0, 255, size=(2, 32, 32, 3)).astype("float32")
     expected = model.predict(images, verbose=0)
@@ -280,7 +281,7 @@ def test_unknown_keyword_without_a_near_name_lists_the_valid_ones():
 
 
 def test_parts_are_named_once_as_properties():
-    from vit_keras import layers, stems
+    from vit_keras import layers, readout, stems
 
     model = tiny(stem="conv", patch_size=4, include_preprocessing=True, representation_size=16)
     assert isinstance(model.preprocessing, keras.layers.Rescaling)
@@ -288,7 +289,7 @@ def test_parts_are_named_once_as_properties():
     assert isinstance(model.patch_encoder, layers.PatchEncoder) and model.patch_encoder.grid_size == model.grid_size
     assert [block.name for block in model.blocks] == ["encoderblock_0", "encoderblock_1"]
     assert model.encoder_norm is model.get_layer("encoder_norm")
-    assert isinstance(model.pooling_layer, layers.TokenPooling)
+    assert isinstance(model.pooling_layer, readout.TokenPooling)
     assert model.pre_logits.units == 16 and model.head.units == 5
     plain = tiny(include_top=False)
     assert plain.preprocessing is plain.stem is plain.pre_logits is plain.head is None

@@ -448,6 +448,14 @@ def test_strategy_choice_and_the_quick_recipes_sizes():
     assert sizes == {8: ((28, 28), 4), 28: ((28, 28), 4), 32: ((32, 32), 4), 40: ((64, 64), 8), 96: ((64, 64), 8)}
 
 
+@pytest.mark.parametrize("pooling, class_token", [("token", True), ("sequence", False), ("gap", False)])
+def test_a_pooling_override_brings_the_class_token_its_readout_needs(pooling, class_token):
+    model = train.build_model(10, 1, (28, 28), overrides=dict(pooling=pooling))
+    assert model.vit_config["pooling"] == pooling and model.vit_config["class_token"] is class_token
+    kept = train.build_model(10, 1, (28, 28), overrides=dict(pooling="sequence", class_token=True))
+    assert kept.vit_config["class_token"] is True
+
+
 MIRRORED = """
 import sys, json, numpy as np, tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],

@@ -47,15 +47,15 @@ def test_rollout_hand_computed():
         visualize.attention_rollout([])
 
 
-@pytest.mark.parametrize("pooling", ["token", "gap"])
+@pytest.mark.parametrize("pooling", ["token", "gap", "sequence"])
 def test_heatmap_and_overlay_from_a_model(pooling):
-    model = tiny(pooling=pooling)  # GAP: no class token
+    model = tiny(pooling=pooling)  # GAP and sequence pooling: no class token
     images = np.random.default_rng(0).integers(0, 256, (3, 28, 28, 1)).astype("uint8")
     heatmaps = visualize.attention_heatmap(model, images)
     assert heatmaps.shape == (3, 7, 7) and (heatmaps >= 0).all()
     if pooling == "token":  # the class token's rollout row over patches sums to 1 minus its self-share
         assert (heatmaps.sum(axis=(1, 2)) < 1).all()
-    else:  # GAP: the mean of row-stochastic patch rows sums to 1
+    else:  # GAP, sequence pooling: a weighted mean of row-stochastic patch rows sums to 1
         np.testing.assert_allclose(heatmaps.sum(axis=(1, 2)), 1.0, atol=1e-5)
     overlay = visualize.overlay_heatmap(images[0], heatmaps[0])
     assert overlay.shape == (28, 28, 3) and overlay.dtype == np.uint8

@@ -209,6 +209,7 @@ def test_other_prefixes_read_like_the_plain_layout(prefix, tmp_path):
     dict(position_embedding="sincos_2d", pooling="gap"),
     dict(stem="conv", patch_size=8),
     dict(include_top=False, representation_size=16),
+    dict(pooling="sequence"),
 ])
 def test_save_then_load_round_trips_every_option(options, tmp_path):
     config = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1,
@@ -223,6 +224,23 @@ def test_save_then_load_round_trips_every_option(options, tmp_path):
     with np.load(path) as saved:
         assert sorted(saved.files) == sorted([*again, weights.GRID])
         assert all(np.array_equal(saved[k], again[k]) for k in again)
+
+
+def test_sequence_pooling_weights_start_afresh_where_the_checkpoint_has_none(tmp_path):
+    """A GAP checkpoint into a sequence-pooled model (and back): everything else loads, the readout's token
+    scores keep their initial values, with a warning each way."""
+    config = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, num_classes=3)
+    gap = weights.save_npz(build(**config, pooling="gap"), tmp_path / "gap.npz")
+    fresh = build(**config, pooling="sequence")
+    initial = [np.asarray(w) for w in fresh.pooling_layer.score.get_weights()]
+    with pytest.warns(UserWarning, match="no sequence-pooling weights"):
+        weights.load_weights(fresh, str(gap))
+    assert all(np.array_equal(a, b) for a, b in zip(initial, fresh.pooling_layer.score.get_weights()))
+    np.testing.assert_array_equal(np.asarray(fresh.encoder_norm.gamma), weights.read_checkpoint(
+        str(gap), num_heads=2)["Transformer/encoder_norm/scale"])
+    pooled = weights.save_npz(fresh, tmp_path / "sequence.npz")
+    with pytest.warns(UserWarning, match="Skipping the checkpoint's sequence-pooling weights"):
+        build(**config, pooling="gap", weights=str(pooled))
 
 
 TINY = dict(patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, num_classes=3)

@@ -16,7 +16,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "inference": ("predict", "predict_function"),
     "microbatch": ("enable_micro_batches",),
-    "layers": ("DropPath", "MultiHeadSelfAttention", "PatchEncoder", "Patches", "TokenPooling", "TransformerBlock"),
+    "layers": ("DropPath", "MultiHeadSelfAttention", "PatchEncoder", "Patches", "TransformerBlock"),
+    "readout": ("TokenPooling",),
     "models": (
         "MODELS", "VARIANTS", "VisionTransformer", "create_model", "list_models", "load_model", "model_config",
         "resize_model", "vit_b8", "vit_b16", "vit_b32", "vit_h14", "vit_l16", "vit_l32",

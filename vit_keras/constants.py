@@ -20,7 +20,7 @@ SPLITS = ("train", "val", "test")
 
 # Model options
 POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
-POOLINGS = ("token", "gap")
+POOLINGS = ("token", "gap", "sequence")  # eq. 4's readout: vit_keras.readout
 
 # Export and the device runtimes
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")

@@ -3,7 +3,7 @@
     z0  = [x_class; x_p^1 E; ...; x_p^N E] + E_pos        (eq. 1)  PatchEncoder
     z'l = MSA(LN(z_{l-1})) + z_{l-1}                       (eq. 2)  TransformerBlock
     zl  = MLP(LN(z'l)) + z'l                               (eq. 3)  TransformerBlock
-    y   = LN(zL^0)                                         (eq. 4)  encoder_norm + pooling
+    y   = LN(zL^0)                                         (eq. 4)  encoder_norm + readout.TokenPooling
 
 Every layer is registered under the package name ``vit_keras`` so a saved
 ``.keras`` file reloads with ``safe_mode=True`` once ``vit_keras`` is imported.
@@ -17,7 +17,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from .constants import POOLINGS, POSITION_EMBEDDINGS
+from .constants import POSITION_EMBEDDINGS
 from .validation import check_keywords
 
 
@@ -443,28 +443,3 @@ class TransformerBlock(keras.layers.Layer):
             "gelu_approximate": self.gelu_approximate,
             "query_tokens": self.query_tokens,
         }
-
-
-@register
-class TokenPooling(keras.layers.Layer):
-    """Eq. 4's readout: the class token (position 0) or the mean of the patch tokens (GAP)."""
-
-    def __init__(self, pooling="token", class_token=True, **kwargs):
-        check_layer_keywords(self, kwargs)
-        super().__init__(**kwargs)
-        check_choice(pooling, "pooling", POOLINGS)
-        if pooling == "token" and not class_token:
-            raise ValueError("`pooling`='token' needs the class token; use pooling='gap' with class_token=False.")
-        self.pooling = pooling
-        self.class_token = bool(class_token)
-
-    def call(self, z):
-        if self.pooling == "token":
-            return z[:, 0]
-        return ops.mean(z[:, int(self.class_token):], axis=1)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
-
-    def get_config(self):
-        return {**super().get_config(), "pooling": self.pooling, "class_token": self.class_token}

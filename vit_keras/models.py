@@ -1,7 +1,7 @@
 """The ViT model: configs table, ``VisionTransformer`` and ``create_model``.
 
     image -> [Rescaling] -> [stem] -> PatchEncoder -> TransformerBlock x L -> LayerNorm
-          -> pooling (token | gap) -> [pre_logits tanh] -> head
+          -> pooling (token | gap | sequence) -> [pre_logits tanh] -> head
 
 Under token pooling the last block computes the class token alone (``query_tokens=1``):
 its other outputs are never read, so the logits and gradients are the same for less work.
@@ -23,13 +23,13 @@ from .constants import POOLINGS, POSITION_EMBEDDINGS
 from .normalization import CHECKPOINT, check_normalization, rescaling_layer
 from .layers import (
     PatchEncoder,
-    TokenPooling,
     TransformerBlock,
     check_choice,
     check_divisible,
     pair,
     register,
 )
+from .readout import TokenPooling
 from .position import resize_axis_embedding, resize_position_embedding
 from .validation import check_keywords
 
@@ -211,7 +211,7 @@ class VisionTransformer(keras.Model):
     stem = _part("stem", "The CNN stem (ResNetV2Stem or ConvStem), or None.")
     patch_encoder = _part("patch_encoder", "The PatchEncoder: patch embedding, class token and E_pos (eq. 1).")
     encoder_norm = _part("encoder_norm", "The LayerNormalization after the last block (eq. 4).")
-    pooling_layer = _part("pooling_layer", "The TokenPooling readout (class token or GAP).")
+    pooling_layer = _part("pooling_layer", "The TokenPooling readout (class token, GAP or sequence pooling).")
     pre_logits = _part("pre_logits", "The tanh representation layer (representation_size), or None.")
     head = _part("head", "The classification Dense layer, or None with include_top=False.")
 

@@ -112,6 +112,9 @@ def build_model(num_classes, channels, data_size, model_name=None, image_size=No
     from .models import VisionTransformer, create_model
 
     keras.utils.set_random_seed(seed)
+    overrides = dict(overrides or {})
+    if "pooling" in overrides:  # a class token where its pooling reads one, unless asked otherwise
+        overrides.setdefault("class_token", overrides["pooling"] == "token")
     common = dict(num_classes=num_classes, channels=channels, include_preprocessing=True, drop_path=drop_path)
     check_weights(weights, model_name, overrides)
     if is_saved_model(weights):
@@ -123,11 +126,11 @@ def build_model(num_classes, channels, data_size, model_name=None, image_size=No
             patch = quick_patch(max(size))
             if any(side % patch for side in size):  # e.g. 21 or 30: a 7x7 / 8x8 grid of odd-sized patches
                 patch = max(max(size) // 7 if max(size) % 7 == 0 else max(size) // 8, 1)
-        config = {**RECIPES[recipe]["model"], "patch_size": patch, **(overrides or {})}
+        config = {**RECIPES[recipe]["model"], "patch_size": patch, **overrides}
         if config.get("stem") == "conv" and patch & (patch - 1):
             config["stem"] = None  # the conv stem halves per conv: plain patch embedding for other patches
         return VisionTransformer(image_size=size, name="vit_quick", **config, **common)
-    return create_model(model_name, image_size=image_size or data_size, weights=weights, **common, **(overrides or {}))
+    return create_model(model_name, image_size=image_size or data_size, weights=weights, **common, **overrides)
 
 
 def decode_size(data, model_name=None, image_size=None, weights=None):

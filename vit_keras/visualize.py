@@ -97,11 +97,12 @@ def attention_rollout(attention_maps, add_residual=True):
     return rolled
 
 
-def rollout_heatmap(rollout, grid, class_token, pooling="token"):
+def rollout_heatmap(rollout, grid, class_token, pooling="token", token_weights=None):
     """(B, gh, gw) over the patches from a rollout (B, T, T).
 
     pooling="token": the class token's row (what the prediction reads);
-    pooling="gap": the mean of the patch rows, since GAP averages every patch's output.
+    pooling="gap": the mean of the patch rows, since GAP averages every patch's output;
+    pooling="sequence": the patch rows weighted by the readout's ``token_weights`` (B, N) for these images.
     """
     gh, gw = grid
     prefix = int(bool(class_token))
@@ -109,16 +110,33 @@ def rollout_heatmap(rollout, grid, class_token, pooling="token"):
         if not class_token:
             raise ValueError("`pooling`='token' needs `class_token`=True; use pooling='gap' for a model without one.")
         weights = rollout[:, 0, 1:]
+    elif pooling == "sequence":
+        if token_weights is None:
+            raise ValueError("`pooling`='sequence' weights the patch rows by the readout: pass `token_weights` "
+                             "(B, N), from the model's pooling_layer.token_weights.")
+        weights = np.einsum("bn,bnt->bt", np.asarray(token_weights, "float64"), rollout[:, prefix:, prefix:])
     else:
         weights = rollout[:, prefix:, prefix:].mean(axis=1)
     return weights.reshape(-1, gh, gw)
 
 
+def readout_token_weights(model, inputs, batch_size=32):
+    """Sequence pooling's weights over the patch tokens (B, N) for model ``inputs``."""
+    import keras
+
+    features = keras.Model(model.inputs, model.encoder_norm.output)
+    z = features.predict(inputs, batch_size=batch_size, verbose=0)
+    return keras.ops.convert_to_numpy(model.pooling_layer.token_weights(z))
+
+
 def attention_heatmap(model, images, pixels=True, batch_size=32):
     """Attention-rollout heatmaps (B, gh, gw) of ``images`` in ``model``'s patch grid."""
-    maps = model.attention_maps(model_inputs(model, images, pixels), batch_size=batch_size)
+    inputs = model_inputs(model, images, pixels)
+    maps = model.attention_maps(inputs, batch_size=batch_size)
     grid, _, class_token = token_geometry(model)
-    return rollout_heatmap(attention_rollout(maps), grid, class_token, model.pooling_layer.pooling)
+    pooling = model.pooling_layer.pooling
+    weights = readout_token_weights(model, inputs, batch_size) if pooling == "sequence" else None
+    return rollout_heatmap(attention_rollout(maps), grid, class_token, pooling, weights)
 
 
 def upsample(heatmap, size):

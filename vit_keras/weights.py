@@ -19,6 +19,8 @@ What may legitimately differ is handled, with a warning, the paper's way:
     ``interpolate(mode="bicubic", antialias=True)``, timm's ``resample_abs_pos_embed`` default).
     ``save_npz`` records the grid (``GRID``); other files are read as Google's and timm's are written
     (``position.table_layout``: square grids; a timm table may lack the class-token row);
+  * a sequence-pooled model and a checkpoint without its token scores (or the reverse): the scores are
+    skipped, as a head is (``save_npz`` writes them as ``sequence_pool/``);
   * a 1-channel model and an RGB patch embedding: the kernel is summed over RGB (exact for
     grey images, which are R = G = B).
 Anything else is a ValueError that lists every mismatched, missing and unexpected name.
@@ -43,6 +45,7 @@ from .weights_torch import canonical_torch, read_safetensors
 log = logging.getLogger("vit_keras.weights")
 
 # Not in any Google file: our own names so that save_npz -> load_weights round-trips these options too.
+SEQUENCE_POOL = "sequence_pool"  # the token scores of pooling="sequence"
 POS_ROW, POS_COL, POS_CLS = (f"Transformer/posembed_input/{n}" for n in ("pos_row", "pos_col", "pos_cls"))
 
 
@@ -119,6 +122,8 @@ def model_slots(model):
         slots += _norm(prefix + "LayerNorm_2", block.norm2)
         slots += _dense(prefix + "MlpBlock_3/Dense_0", block.fc1) + _dense(prefix + "MlpBlock_3/Dense_1", block.fc2)
     slots += _norm("Transformer/encoder_norm", model.encoder_norm)
+    if model.pooling_layer.score is not None:  # our name: Google's layout has no sequence pooling
+        slots += _dense(SEQUENCE_POOL, model.pooling_layer.score)
     for name, layer in (("pre_logits", model.pre_logits), ("head", model.head)):
         if layer is not None:
             slots += _dense(name, layer)
@@ -187,8 +192,23 @@ def _warn(message):
 def _adapt(model, arrays, expected, checkpoint):
     """Apply the allowed differences (head, pre_logits, image size, grey input) to ``arrays`` in place."""
     _skip_head(arrays, expected)
+    _skip_sequence_pool(arrays, expected)
     _resample_position(model, arrays, expected, checkpoint.grid, checkpoint.timm_table)
     _sum_rgb_kernel(model, arrays, expected)
+
+
+def _skip_sequence_pool(checkpoint, expected):
+    """A readout the checkpoint and the model do not share starts afresh, as a new head does."""
+    names = (SEQUENCE_POOL + "/kernel", SEQUENCE_POOL + "/bias")
+    if (names[0] in checkpoint) == (names[0] in expected):
+        return
+    if names[0] in expected:
+        _warn("The checkpoint has no sequence-pooling weights: the model's pooling_layer keeps its initial ones.")
+    else:
+        _warn("Skipping the checkpoint's sequence-pooling weights (the model's `pooling` is not 'sequence').")
+    for name in names:
+        expected.pop(name, None)
+        checkpoint.pop(name, None)
 
 
 def _skip_head(checkpoint, expected):

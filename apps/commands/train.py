@@ -8,9 +8,10 @@ import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
-from vit_keras.constants import AUGMENTATIONS, BACKEND_STRATEGIES, PRECISIONS, QUANTIZATIONS, RECIPES, STRATEGIES
+from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, POOLINGS, PRECISIONS, QUANTIZATIONS, RECIPES,
+                                 STRATEGIES)
 
-OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
+OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")  # positive ints
 
 
 def add_arguments(parser):
@@ -25,6 +26,8 @@ def add_arguments(parser):
     parser.add_argument("--num-layers", type=int, default=None, help="override the model's depth")
     parser.add_argument("--num-heads", type=int, default=None, help="override the model's head count")
     parser.add_argument("--mlp-dim", type=int, default=None, help="override the model's MLP width")
+    parser.add_argument("--pooling", choices=POOLINGS, default=None,
+                        help="eq. 4's readout: class token, GAP, or CCT's sequence pooling (default: the recipe's)")
     parser.add_argument("--recipe", choices=RECIPES, default="quick", help="hyper-parameter defaults (default: quick)")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--min-steps", type=int, default=None, metavar="N",
@@ -145,7 +148,7 @@ def run(args):
             weights=args.weights, seed=args.seed, limit=args.limit, data_dir=args.data_dir,
             val_fraction=args.val_fraction, backup_every=args.backup_every or "epoch", jit_compile=not args.no_jit,
             verbose=2 if args.quiet else "auto",
-            model_overrides={k: getattr(args, k) for k in OVERRIDES if getattr(args, k) is not None},
+            model_overrides={k: getattr(args, k) for k in (*OVERRIDES, "pooling") if getattr(args, k) is not None},
             **{k: getattr(args, k) for k in ("steps_per_execution", "micro_batches") if getattr(args, k) is not None},
         )
     except train.NonFiniteLoss as error:
