@@ -30,12 +30,44 @@ ZOO = {
     "token_pooling": dict(recipe="quick", model_overrides=dict(pooling="token", class_token=True)),
     "hybrid_r26": dict(recipe="quick", model_overrides=dict(stem="r26")),
     "trained_4x": dict(recipe="quick", epochs=48),
+    # RGB: Fashion-MNIST tinted per image (``tinted``), normalized per channel with its own mean and std
+    "rgb_per_channel": dict(recipe="quick"),
 }
+TINTED = {"rgb_per_channel"}  # models that train and are tested on tinted images
+TINT_RANGES = ((0.6, 1.0), (0.3, 0.8), (0.1, 0.5))  # per channel: the channels' statistics differ
 # static_wi8_ai16 (a16w8) is left out: it gives the file int16 inputs, which LiteRT's CompiledModel buffers refuse
 # ("Unsupported dtype: int16") and verify.prepare does not quantize.
 AEQ_RECIPES = ("static_wi8_ai8", "dynamic_wi8_afp32")
 CALIBRATION = 300  # images int8 calibrates on, as the export's default
 TARGET = 0.995  # the sweep's --min-agreement
+
+
+def tinted(images, seed):
+    """Fashion-MNIST in colour: each image's grey times its own random tint, one range a channel (TINT_RANGES)."""
+    low, high = np.array(TINT_RANGES).T
+    tint = np.random.default_rng(seed).uniform(low, high, (len(images), 1, 1, 3))
+    return np.round(np.asarray(images, "float32") * tint).astype(np.uint8)
+
+
+def tinted_folder(cache, limit):
+    """``cache``/tinted: train/ and test/ folders of tinted Fashion-MNIST PNGs (written once), and the training
+    images' per-channel (mean, std) in [0, 1] units."""
+    from PIL import Image
+
+    from vit_keras.data import FASHION_MNIST_CLASSES, load_arrays
+
+    root = os.path.join(cache, "tinted" + (f"_{limit}" if limit else ""))
+    train_images = tinted(load_arrays("fashion_mnist", "train", limit=limit)[0], seed=1)
+    if not os.path.exists(os.path.join(root, "done")):
+        names = [n.replace("/", "-") for n in FASHION_MNIST_CLASSES]
+        for split, seed in (("train", 1), ("test", 2)):
+            images, labels, _ = load_arrays("fashion_mnist", split, limit=limit)
+            for i, (image, label) in enumerate(zip(tinted(images, seed), labels)):
+                os.makedirs(os.path.join(root, split, names[label]), exist_ok=True)
+                Image.fromarray(image).save(os.path.join(root, split, names[label], f"{i:05d}.png"))
+        open(os.path.join(root, "done"), "w").close()
+    pixels = train_images.reshape(-1, 3) / 255.0
+    return root, tuple(np.round(pixels.mean(0), 3)), tuple(np.round(pixels.std(0), 3))
 
 
 def train_or_load(name, options, cache, quick):
@@ -45,10 +77,14 @@ def train_or_load(name, options, cache, quick):
     folder = os.path.join(cache, name + ("_quick" if quick else ""))
     path = os.path.join(folder, "model.keras")
     if not os.path.exists(path):
-        options = dict(options)
+        options, data = dict(options), "fashion_mnist"
         if quick:  # the 4x model keeps its ratio to the quick one
             options.update(epochs=4 if name == "trained_4x" else 1, limit=4000)
-        train("fashion_mnist", folder, verbose=0, tensorboard=False, **options)
+        if name in TINTED:
+            root, mean, std = tinted_folder(cache, options.get("limit"))
+            data = "folder:" + root
+            options["model_overrides"] = {**options.get("model_overrides", {}), "pixel_mean": mean, "pixel_std": std}
+        train(data, folder, verbose=0, tensorboard=False, **options)
     return path
 
 
@@ -216,7 +252,11 @@ def main(argv=None):
         cache = args.cache or scratch
         for name in names:
             path = train_or_load(name, ZOO[name], cache, args.quick)
-            rows = zoo_rows(name, path, calibration, test, test_labels, scratch, runs)
+            if name in TINTED:  # the same images in the same tints as its folders
+                rows = zoo_rows(name, path, tinted(train_images, seed=1)[-len(calibration):], tinted(test, seed=2),
+                                test_labels, scratch, runs)
+            else:
+                rows = zoo_rows(name, path, calibration, test, test_labels, scratch, runs)
             print("\n".join(format_rows(name, rows)), flush=True)
     return 0
 
