@@ -28,7 +28,7 @@ ZOO = {
     "own_normalization": dict(recipe="quick", model_overrides=dict(pixel_mean=(0.286,), pixel_std=(0.353,))),
     "plain_gap": dict(recipe="quick", model_overrides=dict(stem=None)),
     "token_pooling": dict(recipe="quick", model_overrides=dict(pooling="token", class_token=True)),
-    "hybrid_r26": dict(recipe="quick", model_overrides=dict(stem="r26")),
+    "hybrid_r8": dict(recipe="quick", model_overrides=dict(stem="r8")),  # a ResNetV2 stem at 28x28
     "trained_4x": dict(recipe="quick", epochs=48),
     # RGB: Fashion-MNIST tinted per image (``tinted``), normalized per channel with its own mean and std
     "rgb_per_channel": dict(recipe="quick"),

@@ -177,7 +177,7 @@ def test_op_sensitivity_sweep(run_dir, fashion):
     assert rows[-1]["bytes"] == len(tflite_export.convert(model, "int8", fashion[0][:120]))
 
 
-@pytest.mark.parametrize("kind", ["resnet_r26", "conv_stem"])
+@pytest.mark.parametrize("kind", ["resnet_r26", "resnet_r8", "conv_stem"])
 def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
     """The paper's hybrid (ResNetV2 stem: weight-standardized convs, GroupNorm) and the BatchNorm conv stem.
 
@@ -189,6 +189,8 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
     tiny = dict(num_classes=3, num_layers=1, hidden_size=32, num_heads=2, mlp_dim=32, include_preprocessing=True)
     if kind == "resnet_r26":
         model = vit_keras.create_model("vit_r26_s32", image_size=64, **tiny)
+    elif kind == "resnet_r8":  # the small-image hybrid: one stage at width 32, stride 4, 1 channel in
+        model = vit_keras.create_model("vit_ti16", image_size=28, patch_size=4, stem="r8", channels=1, **tiny)
     else:
         model = vit_keras.create_model("vit_ti16", image_size=32, patch_size=4, stem="conv", **tiny)
     size = model.vit_config["image_size"][0]
@@ -199,7 +201,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
             layer.gamma.assign(rng.uniform(0.5, 1.5, layer.gamma.shape))
     model.save(tmp_path / "model.keras")
     (tmp_path / "labels.txt").write_text("a\nb\nc\n")
-    images = rng.integers(0, 256, (120, size, size, 3), dtype=np.uint8)
+    images = rng.integers(0, 256, (120, size, size, model.vit_config["channels"]), dtype=np.uint8)
     reference = keras_scores(model, images[:16])
     for mode in ("float32", "int8"):
         path = tmp_path / f"{mode}.tflite"

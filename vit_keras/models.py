@@ -58,7 +58,7 @@ MODELS = {
     "vit_r50_l32": ("l", 32, "r50_s32"),
 }
 
-STEMS = (None, "r26", "r50", "r50_s32", "conv")
+STEMS = (None, *stems.RESNET_STEMS, "conv")
 CONFIG_KEYS = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_layers")
 
 # The names of a VisionTransformer's layers, by part: saved files and the export graph find the parts by them.
@@ -160,7 +160,8 @@ class VisionTransformer(keras.Model):
             if stem == "conv":
                 stem_layer = stems.ConvStem(patch[0], hidden_size, name=LAYER_NAMES["stem"])
             else:
-                stem_layer = stems.ResNetV2Stem(stems.RESNET_DEPTHS[stem], name=LAYER_NAMES["stem"])
+                depths, width = stems.RESNET_STEMS[stem]
+                stem_layer = stems.ResNetV2Stem(depths, width, name=LAYER_NAMES["stem"])
                 if patch[0] != stem_layer.stride:
                     raise ValueError(f"`stem`={stem!r} downsamples by {stem_layer.stride} and the encoder takes 1x1 "
                                      f"patches of its feature map, so `patch_size` must be {stem_layer.stride}; "

@@ -4,6 +4,7 @@
 convolutions and GroupNorm(32) instead of BatchNorm (Kolesnikov et al., BiT).
 R50+ViT/16 uses stages (3, 4, 9) and ends at stride 16; R50+ViT/32 uses the full
 (3, 4, 6, 3) and R26+ViT (2, 2, 2, 2), both ending at stride 32. The ViT then takes 1x1 patches of the feature map.
+``r8`` (one stage of two units, width 32, stride 4) is ours: the same design at Fashion-MNIST's size.
 
 ``ConvStem`` is a light stem of 3x3 stride-2 convolutions (Xiao et al. 2021,
 "Early Convolutions Help Transformers See Better") for small images.
@@ -21,7 +22,9 @@ from .layers import check_layer_keywords, register
 # Under tf.distribute, BatchNorm statistics over the global batch, not each replica's share: a run on
 # N replicas then trains like one device (Keras supports this on the TensorFlow backend only).
 SYNC_BN = keras.backend.backend() == "tensorflow"
-RESNET_DEPTHS = {"r26": (2, 2, 2, 2), "r50": (3, 4, 9), "r50_s32": (3, 4, 6, 3)}
+# name -> (bottleneck units a stage, root width). "r8" is one stage at width 32, stride 4: a hybrid for small
+# images (28x28 -> a 7x7 grid), whose stride matches the quick recipe's patch.
+RESNET_STEMS = {"r26": ((2, 2, 2, 2), 64), "r50": ((3, 4, 9), 64), "r50_s32": ((3, 4, 6, 3), 64), "r8": ((2,), 32)}
 
 
 def strided_shape(input_shape, stride, channels):
