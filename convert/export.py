@@ -139,12 +139,13 @@ def float_node_names(base_names, count=1000):
 
 def default_float_nodes(model, calibrated):
     """The nodes the default int8 export keeps in float besides its op types: the ADDs of the position
-    embedding, the residual stream and LayerNorm's shift (named in convert/graph.py), and a conv stem
+    embedding, the residual stream, LayerNorm's shift and LSA's mask (named in convert/graph.py), and a conv stem
     (``conv_stem_nodes``)."""
     from .graph import norm_count
 
+    heads = sum(block.num_heads for block in model.blocks)
     return (["embedding"] + float_node_names(("residual", "layernorm_shift"), norm_count(model))
-            + conv_stem_nodes(model, calibrated))
+            + float_node_names(("attention_mask",), heads) + conv_stem_nodes(model, calibrated))
 
 
 def conv_stem_nodes(model, calibrated):

@@ -139,7 +139,7 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
     if row_scale is not None:
         kernel *= row_scale[:, None]
     out_kernel = numpy(attn.out.kernel).copy()
-    scale = 1.0 / math.sqrt(head_dim)
+    scale = float(numpy(attn.logit_scale)) if attn.locality else 1.0 / math.sqrt(head_dim)
     kernel[:, :d] *= scale  # fold the logit scale into q
     bias[:d] *= scale
     cols = [[slice(part * d + h * head_dim, part * d + (h + 1) * head_dim) for part in range(3)] for h in range(heads)]
@@ -164,7 +164,11 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
     for h, (q, k, v) in enumerate(per_head):
         if observe is not None:
             observe(attn, h, q, k, v)
-        weights = tf.nn.softmax(tf.matmul(q, k, transpose_b=True), axis=-1)
+        logits = tf.matmul(q, k, transpose_b=True)
+        if attn.locality:  # LSA's diagonal mask, an ADD that int8 keeps in float (its -1e9 has no int8 range)
+            mask = -1e9 * np.eye(logits.shape[1], logits.shape[2], dtype="float32")
+            logits = tf.add(logits, tf.constant(mask), name="attention_mask")
+        weights = tf.nn.softmax(logits, axis=-1)
         weights_per_head.append(weights)
         outputs.append(tf.matmul(weights, v))
     if maps is not None:

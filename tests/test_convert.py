@@ -460,6 +460,35 @@ def test_sequence_pooling_exports_to_int8_with_its_score_layer_as_a_dense_role(f
     assert ("FULLY_CONNECTED:sequence_pool",) in present and ("FULLY_CONNECTED:pre_logits",) not in present
 
 
+@pytest.mark.parametrize("query_tokens", ["token", "gap"])
+def test_locality_self_attention_exports_with_its_mask_in_float(fashion, tmp_path, query_tokens):
+    """LSA's learned logit scale folds into q, its diagonal mask is a named ADD; float32 equals Keras, and int8
+    keeps the mask's ADDs in float (a -1e9 constant has no int8 range)."""
+    from vit_keras.convert.verify import op_precisions
+
+    keras.utils.set_random_seed(3)
+    model = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
+                                   mlp_dim=64, num_layers=2, num_classes=10, pooling=query_tokens,
+                                   locality_attention=True)
+    for block in model.blocks:
+        block.attn.logit_scale.assign(0.4)  # not the 1/sqrt(16) it starts at
+    test = fashion[2][:8]
+    files = {}
+    for mode in ("float32", "int8"):
+        files[mode] = tmp_path / f"{mode}.tflite"
+        tflite_export.export_tflite(model, files[mode], quantize=mode, labels=LABELS, calibration=fashion[0][:100],
+                                    calibration_size=100)
+    np.testing.assert_allclose(predict(files["float32"], test), keras_scores(model, test), atol=1e-5)
+    plain = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
+                                   mlp_dim=64, num_layers=2, num_classes=10, pooling=query_tokens)
+    tflite_export.export_tflite(plain, tmp_path / "plain.tflite", quantize="int8", labels=LABELS,
+                                calibration=fashion[0][:100], calibration_size=100)
+    masks = sum(block.num_heads for block in model.blocks)
+    float_adds = [op_precisions(path)[0]["ADD"] for path in (tmp_path / "plain.tflite", files["int8"])]
+    assert float_adds[1] == float_adds[0] + masks
+    np.testing.assert_allclose(predict(files["int8"], test).sum(-1), 1.0, atol=0.02)
+
+
 def test_layernorm_smoothing_is_exact_in_float(color_run):
     """LayerNorm outputs divided per channel, the next FULLY_CONNECTED's input rows multiplied: the export graph
     still equals Keras in float, and the factors are not all 1."""

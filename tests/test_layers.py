@@ -93,6 +93,25 @@ def test_sequence_pooling_is_a_softmax_weighted_mean_of_the_patch_tokens():
         TokenPooling("gap", class_token=False).token_weights(z)
 
 
+def test_locality_self_attention_masks_the_diagonal_and_learns_its_temperature():
+    """LSA: no token attends to itself, the logit scale starts at 1/sqrt(d_head), is trained, and is saved."""
+    x = np.random.default_rng(1).normal(size=(2, 5, 8)).astype("float32")
+    attn = MultiHeadSelfAttention(2, locality=True)
+    _, weights = attn(x, return_attention_scores=True)
+    weights = ops.convert_to_numpy(weights)
+    np.testing.assert_array_equal(np.diagonal(weights, axis1=-2, axis2=-1), 0.0)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
+    assert float(ops.convert_to_numpy(attn.logit_scale)) == pytest.approx(0.5)  # 1 / sqrt(8 / 2)
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(attn(x) ** 2)
+    assert float(tape.gradient(loss, attn.logit_scale)) != 0.0
+    block = TransformerBlock(2, 16, locality_attention=True, query_tokens=1)
+    assert block(x).shape == (2, 1, 8) and block.attn.locality
+    assert TransformerBlock.from_config(block.get_config()).get_config() == block.get_config()
+
+
 def test_attention_weights_sum_to_one_and_match_fused_path():
     rng = np.random.default_rng(1)
     z = rng.normal(size=(2, 5, 16)).astype("float32")
@@ -184,6 +203,8 @@ def test_drop_path_drops_whole_samples_only_in_training():
     MultiHeadSelfAttention(2, attention_dropout=0.1),
     TransformerBlock(2, 16, dropout=0.1, attention_dropout=0.2, drop_path=0.1, gelu_approximate=True),
     TransformerBlock(2, 16, query_tokens=1),
+    TransformerBlock(2, 16, locality_attention=True),
+    MultiHeadSelfAttention(2, locality=True),
     TokenPooling("gap", class_token=True),
     TokenPooling("sequence", class_token=False),
 ])

@@ -210,6 +210,7 @@ def test_other_prefixes_read_like_the_plain_layout(prefix, tmp_path):
     dict(stem="conv", patch_size=8),
     dict(include_top=False, representation_size=16),
     dict(pooling="sequence"),
+    dict(locality_attention=True),
 ])
 def test_save_then_load_round_trips_every_option(options, tmp_path):
     config = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1,

@@ -275,14 +275,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     backend has it; the softmax runs in float32 under mixed precision). When the
     attention weights are asked for, they are computed explicitly as
     softmax(q k^T / sqrt(d_head)) with shape (B, heads, T, T).
+
+    ``locality=True`` is Locality Self-Attention (Lee et al. 2021, "Vision Transformer for Small-Size
+    Datasets"): softmax(mask(q k^T * s)), with s a learned scalar (starting at 1 / sqrt(d_head)) and the
+    diagonal masked, so no token attends to itself and the weights sharpen on the others.
     """
 
-    def __init__(self, num_heads, attention_dropout=0.0, dropout=0.0, **kwargs):
+    def __init__(self, num_heads, attention_dropout=0.0, dropout=0.0, locality=False, **kwargs):
         check_layer_keywords(self, kwargs)
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout = float(attention_dropout)
         self.dropout = float(dropout)
+        self.locality = bool(locality)
         self.attention_dropout_layer = keras.layers.Dropout(self.attention_dropout)
         self.dropout_layer = keras.layers.Dropout(self.dropout)
 
@@ -295,6 +300,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.qkv.build(input_shape)
         self.out = keras.layers.Dense(d, name="out")
         self.out.build(input_shape)
+        if self.locality:
+            self.logit_scale = self.add_weight(
+                name="logit_scale", shape=(), initializer=keras.initializers.Constant(1.0 / math.sqrt(self.head_dim)))
+
+    def attention_logits(self, q, k):
+        """q k^T times the logit scale, (B, heads, T, T) in float32; under ``locality`` the diagonal at -1e9."""
+        logits = ops.cast(ops.einsum("bthd,bshd->bhts", q, k), "float32")
+        if not self.locality:
+            return logits * (1.0 / math.sqrt(self.head_dim))
+        return logits * ops.cast(self.logit_scale, "float32") - 1e9 * ops.eye(q.shape[1], k.shape[1])
 
     def call(self, x, training=None, return_attention_scores=False, query_tokens=None):
         """``query_tokens``: outputs for the first k tokens only (keys and values still come from all T).
@@ -305,7 +320,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         tq = query_count(t, query_tokens)
         qkv = ops.reshape(self.qkv(x), (-1, t, 3, self.num_heads, self.head_dim))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        use_explicit = return_attention_scores or (training and self.attention_dropout > 0)
+        use_explicit = return_attention_scores or (training and self.attention_dropout > 0) or self.locality
         # jax.nn.dot_product_attention asks float16 dots for XLA's F16_F16_F32 algorithm, which XLA refuses when it
         # compiles on CPU and on some GPUs ("Unsupported dot precision algorithm: 4"); its fallback only catches
         # errors raised while tracing. The explicit path has plain float16 dots.
@@ -315,8 +330,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             y = ops.dot_product_attention(q[:, :tq], k, v, scale=1.0 / math.sqrt(self.head_dim))
             weights = None
         else:
-            logits = ops.einsum("bthd,bshd->bhts", q, k) * (1.0 / math.sqrt(self.head_dim))
-            weights = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), x.dtype)
+            weights = ops.cast(ops.softmax(self.attention_logits(q, k), axis=-1), x.dtype)
             kept = self.attention_dropout_layer(weights, training=training)[:, :, :tq]
             y = ops.einsum("bhts,bshd->bthd", kept, v)
         y = self.dropout_layer(self.out(ops.reshape(y, (-1, tq, d))), training=training)
@@ -334,6 +348,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "num_heads": self.num_heads,
             "attention_dropout": self.attention_dropout,
             "dropout": self.dropout,
+            "locality": self.locality,
         }
 
 
@@ -361,6 +376,7 @@ class TransformerBlock(keras.layers.Layer):
     The MLP is Dense(mlp_dim) -> GELU -> Dense(D), with dropout after each Dense.
     ``gelu_approximate=True`` uses the tanh form of GELU, which quantizes and
     fuses better on device; the default is the exact erf form of the paper.
+    ``locality_attention=True``: the MSA is Locality Self-Attention (``MultiHeadSelfAttention(locality=True)``).
     ``query_tokens=k`` computes z for the first k tokens alone, (B, T, D) -> (B, k, D). Under
     class-token pooling only z_L^0 is read out (eq. 4), so the last block needs k=1: the same
     logits and gradients for 1/L less work.
@@ -376,6 +392,7 @@ class TransformerBlock(keras.layers.Layer):
         norm_epsilon=1e-6,
         gelu_approximate=False,
         query_tokens=None,
+        locality_attention=False,
         **kwargs,
     ):
         check_layer_keywords(self, kwargs)
@@ -390,10 +407,10 @@ class TransformerBlock(keras.layers.Layer):
         self.drop_path = float(drop_path)
         self.norm_epsilon = float(norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
+        self.locality_attention = bool(locality_attention)
         self.norm1 = keras.layers.LayerNormalization(epsilon=self.norm_epsilon, name="norm1")
-        self.attn = MultiHeadSelfAttention(
-            self.num_heads, attention_dropout=self.attention_dropout, dropout=self.dropout, name="attn"
-        )
+        self.attn = MultiHeadSelfAttention(self.num_heads, attention_dropout=self.attention_dropout,
+                                           dropout=self.dropout, locality=self.locality_attention, name="attn")
         self.norm2 = keras.layers.LayerNormalization(epsilon=self.norm_epsilon, name="norm2")
         self.mlp_dropout = keras.layers.Dropout(self.dropout)
         self.drop_path_layer = DropPath(self.drop_path)
@@ -442,4 +459,5 @@ class TransformerBlock(keras.layers.Layer):
             "norm_epsilon": self.norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
             "query_tokens": self.query_tokens,
+            "locality_attention": self.locality_attention,
         }

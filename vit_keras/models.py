@@ -87,6 +87,8 @@ class VisionTransformer(keras.Model):
     ``include_preprocessing=True`` (the "preprocessing" layer then normalizes them).
     pixel_mean, pixel_std: ``channels`` values in [0, 1] (timm's units), or a preset name ('imagenet', 'inception').
     Output: logits (B, num_classes), or pooled features (B, D) without the top.
+    For small data (Lee et al. 2021; Hassani et al. 2021): ``locality_attention=True`` (every block's MSA masks
+    its diagonal and learns its temperature) and ``pooling="sequence"``.
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class VisionTransformer(keras.Model):
         pixel_std=None,
         norm_epsilon=1e-6,
         gelu_approximate=False,
+        locality_attention=False,
         name="vit",
         **kwargs,
     ):
@@ -144,7 +147,7 @@ class VisionTransformer(keras.Model):
             dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path,
             representation_size=representation_size, include_top=include_top,
             include_preprocessing=include_preprocessing, pixel_mean=pixel_mean, pixel_std=pixel_std,
-            norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate,
+            norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate, locality_attention=locality_attention,
         )
 
         images = keras.Input((*image_size, channels), name="images")
@@ -180,7 +183,8 @@ class VisionTransformer(keras.Model):
             readout = 1 if pooling == "token" and i == num_layers - 1 else None  # only z_L^0 is read out
             x = TransformerBlock(num_heads, mlp_dim, dropout=dropout, attention_dropout=attention_dropout,
                                  drop_path=rate, norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate,
-                                 query_tokens=readout, name=BLOCK_NAME.format(i))(x)
+                                 query_tokens=readout, locality_attention=locality_attention,
+                                 name=BLOCK_NAME.format(i))(x)
         x = keras.layers.LayerNormalization(epsilon=norm_epsilon, name=LAYER_NAMES["encoder_norm"])(x)
         x = TokenPooling(pooling, class_token, name=LAYER_NAMES["pooling_layer"])(x)
         if representation_size:

@@ -38,7 +38,7 @@ from .validation import check_keywords
 
 # Variable names (``variable.name``) kept out of weight decay: LayerNorm/BatchNorm scale and offset,
 # all biases, the position embeddings and the class token.
-NO_DECAY_PATTERN = r"^(gamma|beta|bias|pos_embedding|pos_row|pos_col|pos_cls|cls)$"
+NO_DECAY_PATTERN = r"^(gamma|beta|bias|pos_embedding|pos_row|pos_col|pos_cls|cls|logit_scale)$"
 
 
 @register

@@ -19,8 +19,8 @@ What may legitimately differ is handled, with a warning, the paper's way:
     ``interpolate(mode="bicubic", antialias=True)``, timm's ``resample_abs_pos_embed`` default).
     ``save_npz`` records the grid (``GRID``); other files are read as Google's and timm's are written
     (``position.table_layout``: square grids; a timm table may lack the class-token row);
-  * a sequence-pooled model and a checkpoint without its token scores (or the reverse): the scores are
-    skipped, as a head is (``save_npz`` writes them as ``sequence_pool/``);
+  * a sequence-pooled or LSA model and a checkpoint without its token scores or logit scales (or the
+    reverse): they are skipped, as a head is (``save_npz`` writes them as ``sequence_pool/`` and ``logit_scale``);
   * a 1-channel model and an RGB patch embedding: the kernel is summed over RGB (exact for
     grey images, which are R = G = B).
 Anything else is a ValueError that lists every mismatched, missing and unexpected name.
@@ -45,7 +45,9 @@ from .weights_torch import canonical_torch, read_safetensors
 log = logging.getLogger("vit_keras.weights")
 
 # Not in any Google file: our own names so that save_npz -> load_weights round-trips these options too.
-SEQUENCE_POOL = "sequence_pool"  # the token scores of pooling="sequence"
+# Ours, not in Google's layout: the token scores of pooling="sequence", and LSA's per-block logit scale
+SEQUENCE_POOL = "sequence_pool"
+LOGIT_SCALE = "logit_scale"
 POS_ROW, POS_COL, POS_CLS = (f"Transformer/posembed_input/{n}" for n in ("pos_row", "pos_col", "pos_cls"))
 
 
@@ -80,7 +82,7 @@ def _attention_slots(prefix, attn):
         Slot([prefix + "out/kernel"], attn.out.kernel,
              lambda a: a[0].reshape(-1, a[0].shape[-1]), lambda v: [v.reshape(heads, head_dim, d)]),
         Slot([prefix + "out/bias"], attn.out.bias),
-    ]
+    ] + ([Slot([prefix + LOGIT_SCALE], attn.logit_scale)] if attn.locality else [])
 
 
 def _stem_slots(stem):
@@ -192,23 +194,26 @@ def _warn(message):
 def _adapt(model, arrays, expected, checkpoint):
     """Apply the allowed differences (head, pre_logits, image size, grey input) to ``arrays`` in place."""
     _skip_head(arrays, expected)
-    _skip_sequence_pool(arrays, expected)
+    _skip_our_additions(arrays, expected)
     _resample_position(model, arrays, expected, checkpoint.grid, checkpoint.timm_table)
     _sum_rgb_kernel(model, arrays, expected)
 
 
-def _skip_sequence_pool(checkpoint, expected):
-    """A readout the checkpoint and the model do not share starts afresh, as a new head does."""
-    names = (SEQUENCE_POOL + "/kernel", SEQUENCE_POOL + "/bias")
-    if (names[0] in checkpoint) == (names[0] in expected):
-        return
-    if names[0] in expected:
-        _warn("The checkpoint has no sequence-pooling weights: the model's pooling_layer keeps its initial ones.")
-    else:
-        _warn("Skipping the checkpoint's sequence-pooling weights (the model's `pooling` is not 'sequence').")
-    for name in names:
-        expected.pop(name, None)
-        checkpoint.pop(name, None)
+def _skip_our_additions(checkpoint, expected):
+    """Sequence pooling's scores and LSA's logit scales, where only one of the checkpoint and the model has
+    them: the model's start afresh (as a new head does), the checkpoint's are skipped."""
+    for what, option, ours in (
+            ("sequence-pooling weights", "`pooling`='sequence'", lambda n: n.startswith(SEQUENCE_POOL + "/")),
+            ("LSA logit scales", "`locality_attention`=True", lambda n: n.endswith("/" + LOGIT_SCALE))):
+        in_model, in_checkpoint = [n for n in expected if ours(n)], [n for n in checkpoint if ours(n)]
+        if in_model and not in_checkpoint:
+            _warn(f"The checkpoint has no {what}: the model ({option}) keeps its initial ones.")
+            for name in in_model:
+                expected.pop(name)
+        elif in_checkpoint and not in_model:
+            _warn(f"Skipping the checkpoint's {what} (the model does not have {option}).")
+            for name in in_checkpoint:
+                checkpoint.pop(name)
 
 
 def _skip_head(checkpoint, expected):

@@ -28,6 +28,8 @@ def add_arguments(parser):
     parser.add_argument("--mlp-dim", type=int, default=None, help="override the model's MLP width")
     parser.add_argument("--pooling", choices=POOLINGS, default=None,
                         help="eq. 4's readout: class token, GAP, or CCT's sequence pooling (default: the recipe's)")
+    parser.add_argument("--locality-attention", action="store_true",
+                        help="Locality Self-Attention in every block (diagonal masked, learned temperature)")
     parser.add_argument("--recipe", choices=RECIPES, default="quick", help="hyper-parameter defaults (default: quick)")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--min-steps", type=int, default=None, metavar="N",
@@ -148,7 +150,8 @@ def run(args):
             weights=args.weights, seed=args.seed, limit=args.limit, data_dir=args.data_dir,
             val_fraction=args.val_fraction, backup_every=args.backup_every or "epoch", jit_compile=not args.no_jit,
             verbose=2 if args.quiet else "auto",
-            model_overrides={k: getattr(args, k) for k in (*OVERRIDES, "pooling") if getattr(args, k) is not None},
+            model_overrides={**{k: getattr(args, k) for k in (*OVERRIDES, "pooling") if getattr(args, k) is not None},
+                             **({"locality_attention": True} if args.locality_attention else {})},
             **{k: getattr(args, k) for k in ("steps_per_execution", "micro_batches") if getattr(args, k) is not None},
         )
     except train.NonFiniteLoss as error:
