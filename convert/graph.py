@@ -165,8 +165,8 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
         if observe is not None:
             observe(attn, h, q, k, v)
         logits = tf.matmul(q, k, transpose_b=True)
-        if attn.locality:  # LSA's diagonal mask, an ADD that int8 keeps in float (its -1e9 has no int8 range)
-            mask = -1e9 * np.eye(logits.shape[1], logits.shape[2], dtype="float32")
+        if attn.locality:  # LSA's diagonal mask: an ADD that int8 keeps in float; float16 holds -3e4, not -1e9
+            mask = -3e4 * np.eye(logits.shape[1], logits.shape[2], dtype="float32")
             logits = tf.add(logits, tf.constant(mask), name="attention_mask")
         weights = tf.nn.softmax(logits, axis=-1)
         weights_per_head.append(weights)
