@@ -7,6 +7,7 @@ The file is written atomically (temp file + os.replace) after every check has
 passed, so a failed export never leaves a partial file behind.
 """
 
+import functools
 import inspect
 import os
 import re
@@ -173,13 +174,20 @@ def dense_role_nodes(calibrated, roles):
 
 def op_outputs(model_bytes, op_name):
     """(output tensor name, whether it reads the graph's input) for each ``op_name`` op, in graph order."""
+    return [(name, reads_input) for op, name, reads_input in graph_outputs(bytes(model_bytes)) if op == op_name]
+
+
+@functools.lru_cache(maxsize=4)
+def graph_outputs(model_bytes):
+    """(op name, output tensor name, whether the op reads the graph's input) for every op output: cached, since
+    the sweep asks the same calibrated graph for each dense role."""
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_content=bytes(model_bytes))
+    interpreter = Interpreter(model_content=model_bytes)
     names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
     inputs = {d["index"] for d in interpreter.get_input_details()}
-    return [(names[int(t)], bool(inputs & {int(i) for i in op["inputs"]})) for op in interpreter._get_ops_details()
-            if op["op_name"] == op_name for t in op["outputs"]]
+    return tuple((op["op_name"], names[int(t)], bool(inputs & {int(i) for i in op["inputs"]}))
+                 for op in interpreter._get_ops_details() for t in op["outputs"])
 
 
 def split_float_ops(float_ops):
