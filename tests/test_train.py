@@ -193,6 +193,19 @@ def test_a_backup_cut_short_by_a_kill_resumes_from_the_one_before(fashion, tmp_p
     assert not (tmp_path / "backup").exists() and not (tmp_path / ".worker-1" / "backup").exists()
 
 
+@pytest.mark.parametrize("damaged", ["latest.weights.h5", "training_metadata.json"])
+def test_a_first_backup_cut_short_by_a_kill_starts_the_run_again(fashion, tmp_path, capsys, damaged):
+    """A kill inside the first backup's save leaves no earlier one to fall back on: the rerun starts from epoch 1
+    and says so, rather than failing on the unreadable file."""
+    fit_run(fashion, tmp_path, epochs=1)
+    assert not (tmp_path / "backup" / "prev.weights.h5").exists()
+    path = tmp_path / "backup" / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    fit_run(fashion, tmp_path, epochs=2)
+    assert "training starts again from epoch 1" in capsys.readouterr().out
+    assert logged_epochs(tmp_path) == ["0", "1"]
+
+
 def test_a_rerun_with_another_config_starts_afresh(tmp_path):
     kw = dict(limit=256, batch_size=64, augment="none", jit_compile=False, verbose=0, tensorboard=False,
               model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))

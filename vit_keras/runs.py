@@ -104,9 +104,22 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
     # redone (and its history row replaced), never an epoch that resumes as done but was not logged.
     # Keras writes it in place: double_checkpoint keeps the previous one to resume from when a kill cut the
     # latest short. It is deleted by `remove_backups` once the final model is saved, not by Keras at fit's end.
-    callbacks.append(keras.callbacks.BackupAndRestore(backup_dir(out_dir, worker), save_freq=backup_every,
-                                                      double_checkpoint=True, delete_checkpoint=False))
+    callbacks.append(Backup(backup_dir(out_dir, worker), save_freq=backup_every, double_checkpoint=True,
+                            delete_checkpoint=False))
     return callbacks
+
+
+class Backup(keras.callbacks.BackupAndRestore):
+    """Keras's backup and resume, which falls back on the previous backup when the latest is unreadable; where a
+    kill cut the first backup short there is none, and the run starts again from epoch 1 instead of failing."""
+
+    def on_train_begin(self, logs=None):
+        try:
+            super().on_train_begin(logs)
+        except (OSError, json.JSONDecodeError) as error:  # h5py's unreadable file; a half-written metadata JSON
+            print(f"The backup in {self.backup_dir} is unreadable ({error}), with no earlier one: training starts "
+                  "again from epoch 1.")
+            shutil.rmtree(self.backup_dir, ignore_errors=True)
 
 
 def work_dir(out_dir, worker=None):
