@@ -70,6 +70,16 @@ def tinted_folder(cache, limit):
     return root, tuple(np.round(pixels.mean(0), 3)), tuple(np.round(pixels.std(0), 3))
 
 
+def folder_labels(keras_path, labels):
+    """Fashion-MNIST's label indices as the indices of a model trained on a folder (its labels.txt order)."""
+    from vit_keras.data import FASHION_MNIST_CLASSES
+
+    with open(os.path.join(os.path.dirname(keras_path), "labels.txt")) as f:
+        order = [line.strip() for line in f if line.strip()]
+    index = {name: i for i, name in enumerate(order)}
+    return np.array([index[FASHION_MNIST_CLASSES[label].replace("/", "-")] for label in labels])
+
+
 def train_or_load(name, options, cache, quick):
     """The zoo model's .keras path, trained into ``cache/name`` unless it is there already."""
     from vit_keras.train import train
@@ -252,9 +262,9 @@ def main(argv=None):
         cache = args.cache or scratch
         for name in names:
             path = train_or_load(name, ZOO[name], cache, args.quick)
-            if name in TINTED:  # the same images in the same tints as its folders
+            if name in TINTED:  # the same images in the same tints as its folders, whose classes are sorted by name
                 rows = zoo_rows(name, path, tinted(train_images, seed=1)[-len(calibration):], tinted(test, seed=2),
-                                test_labels, scratch, runs)
+                                folder_labels(path, test_labels), scratch, runs)
             else:
                 rows = zoo_rows(name, path, calibration, test, test_labels, scratch, runs)
             print("\n".join(format_rows(name, rows)), flush=True)
