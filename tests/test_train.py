@@ -354,6 +354,11 @@ def test_a_run_finished_before_a_setting_was_recorded_is_not_redone(tmp_path):
     assert runs.start_run(str(tmp_path), record)["completed"]  # the floor did not apply: the same run
     runs.write_json(str(tmp_path / "config.json"), dict(older, steps_per_epoch=7, completed=True))
     assert runs.start_run(str(tmp_path), record) is None  # it would have: another run
+    vit = dict(pooling="gap", locality_attention=False)  # a model argument added later, at its default
+    runs.write_json(str(tmp_path / "config.json"), dict(record, vit={"pooling": "gap"}, completed=True))
+    assert runs.start_run(str(tmp_path), dict(record, vit=vit))["completed"]
+    runs.write_json(str(tmp_path / "config.json"), dict(record, vit={"pooling": "gap"}, completed=True))
+    assert runs.start_run(str(tmp_path), dict(record, vit=dict(vit, locality_attention=True))) is None
 
 
 def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):

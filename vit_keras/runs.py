@@ -174,6 +174,8 @@ def clean_history(path):
 # Settings config.json has recorded only since they were added; a record from before lacks them. Their effect
 # shows in keys it has (min_steps: in steps_per_epoch and augment), so a finished run from then is not redone.
 ADDED_KEYS = ("min_steps",)
+# VisionTransformer arguments added since: a model recorded without one was built with its default.
+ADDED_MODEL_KEYS = {"locality_attention": False}
 
 
 def start_run(out_dir, record, chief=True):
@@ -184,7 +186,10 @@ def start_run(out_dir, record, chief=True):
     config_path = os.path.join(out_dir, "config.json")
     previous = read_json(config_path)
     recorded = json.loads(json.dumps(record, default=str))  # as config.json holds it
-    same = all(previous.get(key) == value for key, value in recorded.items()
+    compared = dict(previous)
+    if isinstance(previous.get("vit"), dict):
+        compared["vit"] = {**ADDED_MODEL_KEYS, **previous["vit"]}
+    same = all(compared.get(key) == value for key, value in recorded.items()
                if key in previous or key not in ADDED_KEYS)
     if previous.get("completed") and same:
         print(f"{out_dir} already holds this finished run; nothing to do (delete the folder to retrain).")
