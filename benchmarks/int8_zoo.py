@@ -59,7 +59,7 @@ def tinted_folder(cache, limit):
     root = os.path.join(cache, "tinted" + (f"_{limit}" if limit else ""))
     train_images = tinted(load_arrays("fashion_mnist", "train", limit=limit)[0], seed=1)
     if not os.path.exists(os.path.join(root, "done")):
-        names = [n.replace("/", "-") for n in FASHION_MNIST_CLASSES]
+        names = [folder_name(n) for n in FASHION_MNIST_CLASSES]
         for split, seed in (("train", 1), ("test", 2)):
             images, labels, _ = load_arrays("fashion_mnist", split, limit=limit)
             for i, (image, label) in enumerate(zip(tinted(images, seed), labels)):
@@ -77,7 +77,12 @@ def folder_labels(keras_path, labels):
     with open(os.path.join(os.path.dirname(keras_path), "labels.txt")) as f:
         order = [line.strip() for line in f if line.strip()]
     index = {name: i for i, name in enumerate(order)}
-    return np.array([index[FASHION_MNIST_CLASSES[label].replace("/", "-")] for label in labels])
+    return np.array([index[folder_name(FASHION_MNIST_CLASSES[label])] for label in labels])
+
+
+def folder_name(class_name):
+    """A class's folder name ("T-shirt/top" has a slash)."""
+    return class_name.replace("/", "-")
 
 
 def train_or_load(name, options, cache, quick):
