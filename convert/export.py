@@ -27,7 +27,8 @@ from . import metadata as tflite_metadata
 # CONCATENATION, SPLIT, SLICE and the ADDs of the position embedding, the residual stream and LayerNorm's shift
 # (nodes named in default_float_nodes): the heads' concat, the fused qkv's split, the class-token readout, the
 # residual stream from its start and whole LayerNorms in float need no conversions of their own, so each
-# FULLY_CONNECTED has just a QUANTIZE in and a DEQUANTIZE out. The residual stream is never rounded to int8:
+# FULLY_CONNECTED has just a QUANTIZE in and a DEQUANTIZE out. A stem (but the conv reading the image) and the
+# reshapes and pads stay in float too (stem_nodes, layout_nodes). The residual stream is never rounded to int8:
 # on models trained elsewhere that rounding was most of int8's loss (docs/benchmarks.md, "int8 on models
 # trained elsewhere").
 # The QUANTIZE/DEQUANTIZE ops run inside XNNPACK, so the graph stays one delegated partition and the
@@ -36,6 +37,7 @@ INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MU
                   "SPLIT")
 INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op in XNNPACK
 INT8_FLOAT_NODES = ("layernorm_epsilon",)  # with RSQRT: LayerNorm's variance + epsilon
+LAYOUT_OPS = ("RESHAPE", "PAD")  # int8 keeps them in float where they don't read the input (``layout_nodes``)
 MIN_CALIBRATION_IMAGES = 100
 DEFAULT_CALIBRATION_IMAGES = 300
 METADATA_FIELDS = ("name", "description", "version", "license", "author")  # classifier_metadata's keywords
@@ -140,35 +142,61 @@ def float_node_names(base_names, count=1000):
 
 def default_float_nodes(model, calibrated):
     """The nodes the default int8 export keeps in float besides its op types: the ADDs of the position
-    embedding, the residual stream, LayerNorm's shift and LSA's mask (named in convert/graph.py), and a conv stem
-    (``conv_stem_nodes``)."""
+    embedding, the residual stream, LayerNorm's shift and LSA's mask (named in convert/graph.py), a stem
+    (``stem_nodes``) and the reshapes and pads (``layout_nodes``)."""
     from .graph import norm_count
 
     heads = sum(block.num_heads for block in model.blocks)
     return (["embedding"] + float_node_names(("residual", "layernorm_shift"), norm_count(model))
-            + float_node_names(("attention_mask",), heads) + conv_stem_nodes(model, calibrated))
+            + float_node_names(("attention_mask",), heads) + stem_nodes(model, calibrated)
+            + layout_nodes(calibrated))
 
 
-def conv_stem_nodes(model, calibrated):
-    """Names of the CONV_2D ops that don't read the image input: a conv stem's convs and its 1x1 patch embedding
-    (none for a model without a conv stem).
+def layout_nodes(calibrated):
+    """Names of the RESHAPE and PAD ops that don't read the image input.
 
-    They are a small part of the weights but fix the tokens' precision, so int8 keeps them in float (what that
-    buys in agreement and costs in bytes: docs/benchmarks.md, "The conv stem in float"). The conv that reads
-    the input (RGB -> gray, or the normalization) stays int8, so the input stays uint8.
+    They compute nothing, but in int8 the converter rounds their input to int8 for them: the tokens' reshape
+    after the patch embedding and the class token's PAD rounded the residual stream at its start, and a
+    hybrid's GroupNorm reshapes its stem's activations (docs/benchmarks.md, "int8 on models trained
+    elsewhere"). In float one between int8 ops would cost a conversion pair; ours sit next to float ops.
     """
-    if model.vit_config.get("stem") != "conv":
+    return [name for op in LAYOUT_OPS for name, reads_input in op_outputs(calibrated, op) if not reads_input]
+
+
+def stem_nodes(model, calibrated):
+    """Names of a stem's ops that int8 keeps in float: every CONV_2D but the one reading the image input (a conv
+    stem's or a ResNet stem's convs, and the 1x1 patch embedding after either), and a ResNet stem's GroupNorm
+    shifts and unit residuals, the ADDs of its own residual stream (none for a model without a stem).
+
+    A stem fixes the tokens' precision: rounded to int8 inside it, the tokens carry that error into every block
+    (what keeping it in float buys in agreement and costs in bytes: docs/benchmarks.md, "The conv stem in float"
+    and "int8 on models trained elsewhere"). The conv that reads the input (RGB -> gray, or the normalization)
+    stays int8, so the input stays uint8.
+    """
+    from vit_keras.stems import ResNetV2Stem
+
+    if model.stem is None:
         return []
-    return [name for name, reads_input in op_outputs(calibrated, "CONV_2D") if not reads_input]
+    convs = [name for name, reads_input in op_outputs(calibrated, "CONV_2D") if not reads_input]
+    if not isinstance(model.stem, ResNetV2Stem):
+        return convs
+    return (convs + nodes_named(calibrated, "ADD", ("groupnorm_shift", "stem_residual"))
+            + nodes_named(calibrated, "MAX_POOL_2D", ("stem_pool",)))
 
 
 def dense_role_nodes(calibrated, roles):
-    """Names of the FULLY_CONNECTED ops of ``roles`` (graph.DENSE_ROLES). The converter names a fused op by all
-    the nodes it fused ("MatMul_7;mlp_out_2"), a role among them with a number after it or none."""
-    if not roles:
+    """Names of the FULLY_CONNECTED ops of ``roles`` (graph.DENSE_ROLES)."""
+    return nodes_named(calibrated, "FULLY_CONNECTED", roles)
+
+
+def nodes_named(calibrated, op_name, base_names):
+    """Output names of the ``op_name`` ops that carry one of ``base_names``. The converter names a fused op by
+    all the nodes it fused ("MatMul_7;mlp_out_2", "Relu;groupnorm_shift"), and the quantizer keeps an op in
+    float only by that whole name; a base name among the parts has a number after it or none."""
+    if not base_names:
         return []
-    pattern = re.compile(r"^(?:%s)_?\d*$" % "|".join(map(re.escape, roles)))
-    return [name for name, _ in op_outputs(calibrated, "FULLY_CONNECTED")
+    pattern = re.compile(r"^(?:%s)_?\d*$" % "|".join(map(re.escape, base_names)))
+    return [name for name, _ in op_outputs(calibrated, op_name)
             if any(pattern.match(part) for part in name.split(";"))]
 
 

@@ -83,7 +83,8 @@ def group_norm(layer, x):
     centred = grouped - mean
     variance = tf.reduce_mean(centred * centred, axis=[1, 3], keepdims=True)
     y = centred * tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
-    return tf.reshape(y, (-1, height, width, channels)) * tf.constant(numpy(layer.gamma)) + tf.constant(numpy(layer.beta))
+    y = tf.reshape(y, (-1, height, width, channels)) * tf.constant(numpy(layer.gamma))
+    return tf.add(y, tf.constant(numpy(layer.beta)), name="groupnorm_shift")
 
 
 def std_conv(layer, x):
@@ -96,14 +97,14 @@ def std_conv(layer, x):
 def resnet_stem(stem, x):
     """ResNetV2Stem.call, with the int8-friendly GroupNorm and pre-standardized kernels."""
     x = tf.nn.relu(group_norm(stem.gn_root, std_conv(stem.conv_root, x)))
-    x = tf.nn.max_pool2d(x, 3, 2, "SAME")
+    x = tf.nn.max_pool2d(x, 3, 2, "SAME", name="stem_pool")
     for unit in stem.units:
         residual = x
         if "conv_proj" in unit:
             residual = group_norm(unit["gn_proj"], std_conv(unit["conv_proj"], x))
         y = tf.nn.relu(group_norm(unit["gn1"], std_conv(unit["conv1"], x)))
         y = tf.nn.relu(group_norm(unit["gn2"], std_conv(unit["conv2"], y)))
-        x = tf.nn.relu(residual + group_norm(unit["gn3"], std_conv(unit["conv3"], y)))
+        x = tf.nn.relu(tf.add(residual, group_norm(unit["gn3"], std_conv(unit["conv3"], y)), name="stem_residual"))
     return x
 
 

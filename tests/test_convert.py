@@ -184,7 +184,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
     float32 must equal Keras. An untrained model on noise images has near-constant int8 outputs, so int8 is
     checked for structure here; int8 accuracy of a trained conv-stem model is in the README's verify table.
     """
-    from vit_keras.convert.verify import delegation_report
+    from vit_keras.convert.verify import delegation_report, op_precisions
 
     tiny = dict(num_classes=3, num_layers=1, hidden_size=32, num_heads=2, mlp_dim=32, include_preprocessing=True)
     if kind == "resnet_r26":
@@ -216,6 +216,9 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
 
         expected = np.uint8 if mode == "int8" else np.float32  # int8's contract: raw uint8 pixels in
         assert Interpreter(model_path=str(path)).get_input_details()[0]["dtype"] == expected
+        if mode == "int8":  # the stem stays in float but the conv reading the image; no reshape rounds to int8
+            integer = op_precisions(path)[1]
+            assert integer.pop("CONV_2D") == 1 and set(integer) == {"FULLY_CONNECTED"}, op_precisions(path)
     if kind == "conv_stem":  # the sensitivity sweep keeps the stem in float as export does: its last row is the file
         from vit_keras.convert.sensitivity import op_sensitivity
 
