@@ -18,6 +18,7 @@ from vit_keras.constants import QUANTIZATIONS
 from vit_keras.validation import check_keywords
 
 from . import metadata as tflite_metadata
+from .half_tables import store_in_half
 
 # int8 keeps these ops in float. BATCH_MATMUL, SOFTMAX, GELU, RSQRT: XNNPACK has no int8
 # kernel for them, so in int8 each one splits the graph and runs on slow single-threaded
@@ -233,9 +234,11 @@ def split_float_ops(float_ops):
     return op_types, roles
 
 
-def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_nodes=()):
+def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_nodes=(), half_table=True):
     """Full-integer model from a calibrated one: uint8 raw-pixel input, float32 scores, ``float_ops`` (op types,
-    or dense roles: ``split_float_ops``) and the ops named in ``float_nodes`` in float."""
+    or dense roles: ``split_float_ops``) and the ops named in ``float_nodes`` in float.
+
+    half_table: a float position-embedding ADD's table stored in float16 (``half_tables.store_in_half``)."""
     import tensorflow as tf
     from tensorflow.lite.python import convert as tf_convert
     from tensorflow.lite.python import util as tf_util
@@ -245,7 +248,8 @@ def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_no
     nodes += list(float_nodes) + dense_role_nodes(calibrated, roles)
     quantized = tf_convert.mlir_quantize(calibrated, fully_quantize=False, denylisted_ops=op_types,
                                          denylisted_nodes=nodes)
-    return tf_util.modify_model_io_type(quantized, tf.uint8, tf.float32)
+    quantized = tf_util.modify_model_io_type(quantized, tf.uint8, tf.float32)
+    return store_in_half(quantized, nodes_named(quantized, "ADD", ("embedding",))) if half_table else quantized
 
 
 def check_builtin_ops(model_bytes, quantize):

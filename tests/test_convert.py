@@ -226,6 +226,38 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
         assert rows[-1]["bytes"] == len(tflite_export.convert(model, "int8", images))
 
 
+def test_int8_position_table_is_stored_in_half(tmp_path):
+    """int8's one float32 weight, the position table of the float embedding ADD, is kept in float16 behind a
+    DEQUANTIZE: half its bytes, scores as close to Keras as before, one XNNPACK partition still."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from vit_keras.convert.graph import norm_count
+    from vit_keras.convert.half_tables import store_in_half
+
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model("vit_ti16", image_size=32, patch_size=8, num_classes=3, num_layers=1,
+                                   hidden_size=32, num_heads=2, mlp_dim=32, include_preprocessing=True)
+    images = np.random.default_rng(0).integers(0, 256, (120, 32, 32, 3), dtype=np.uint8)
+    calibrated = tflite_export.convert_graph(model, "int8", images)
+    full = store_in_half(tflite_export.quantize_int8(  # no names: the flatbuffer packed again, as it is
+        calibrated, num_norms=norm_count(model), float_nodes=tflite_export.default_float_nodes(model, calibrated),
+        half_table=False), ())
+    half = tflite_export.convert(model, "int8", images)
+    tokens, width = model.patch_encoder.num_tokens, 32
+    assert len(full) - len(half) == pytest.approx(tokens * width * 2, abs=200)  # less a tensor and an op
+    graph = schema.ModelT.InitFromPackedBuf(bytearray(half), 0).subgraphs[0]
+    assert [list(t.shape) for t in graph.tensors if t.type == schema.TensorType.FLOAT16] == [[1, tokens, width]]
+    paths = [tmp_path / "full.tflite", tmp_path / "half.tflite"]
+    for path, data in zip(paths, (full, half)):
+        path.write_bytes(data)
+    reference = keras_scores(model, images[:32])  # float16's rounding can move an int8 rounding downstream
+    errors = [np.abs(predict(path, images[:32]) - reference).max() for path in paths]
+    assert errors[1] <= errors[0] + 0.01, errors
+    assert delegation_report(paths[1])["partitions"] == 1
+    with pytest.raises(ValueError, match="no tensor named embedding_9"):
+        store_in_half(half, ("embedding_9",))
+
+
 def test_equalized_fused_qkv_keeps_the_float_function(run_dir, fashion):
     """The int8 graph's per-head range equalization is exact in float, and it equalizes the heads."""
     import tensorflow as tf
