@@ -29,7 +29,8 @@ BASELINES = ("int8_plain", "int8_ln_int8", "usual_float32", "usual_int8")
 def export_baseline(model, path, mode, calibration, labels):
     import tensorflow as tf
 
-    from vit_keras.convert.export import INT8_XNNPACK_FLOAT_OPS, export_tflite, representative_dataset
+    from vit_keras.convert.export import export_tflite, representative_dataset
+    from vit_keras.convert.int8 import INT8_XNNPACK_FLOAT_OPS
 
     if mode in ("int8_plain", "int8_ln_int8"):
         float_ops = () if mode == "int8_plain" else INT8_XNNPACK_FLOAT_OPS

@@ -194,7 +194,7 @@ def zoo_rows(name, keras_path, calibration, test, test_labels, folder, runs):
 
 def kept_in_float(sweep):
     """What the sweep's chosen file keeps in float besides the default int8 file's float ops."""
-    from vit_keras.convert.export import INT8_FLOAT_OPS
+    from vit_keras.convert.int8 import INT8_FLOAT_OPS
 
     chosen = next(row for row in sweep if row.get("chosen"))
     if not chosen["float_ops"]:
@@ -206,7 +206,8 @@ def kept_in_float(sweep):
 
 def no_smoothing_row(model, calibration, test, reference, folder):
     """Agreement of our default int8 graph without the LayerNorm smoothing (the technique's measured effect)."""
-    from vit_keras.convert.export import convert_graph, default_float_nodes, quantize_int8
+    from vit_keras.convert.export import convert_graph
+    from vit_keras.convert.int8 import default_float_nodes, quantize_int8
     from vit_keras.convert.graph import norm_count
     from vit_keras.convert.verify import predict
 

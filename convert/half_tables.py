@@ -11,6 +11,8 @@ graph runs as before.
 
 import numpy as np
 
+from .metadata import MODEL_IDENTIFIER
+
 HALF_DEQUANTIZE_VERSION = 3  # DEQUANTIZE's version for float16 inputs, as the converter writes in float16 files
 
 
@@ -28,13 +30,12 @@ def store_in_half(model_bytes, op_outputs):
     if missing:
         raise ValueError(f"no tensor named {', '.join(missing)} in the graph; it has no op to store in half.")
     wanted = {names[name] for name in op_outputs}
-    dequantize = opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, HALF_DEQUANTIZE_VERSION)
     operators = []
     for op in graph.operators:
         operators.append(op)
         if not wanted & set(int(t) for t in op.outputs):
             continue
-        for position, index in enumerate(op.inputs):
+        for index in op.inputs:
             tensor = graph.tensors[index]
             data = model.buffers[tensor.buffer].data if tensor.buffer else None
             if tensor.type != schema.TensorType.FLOAT32 or data is None or len(data) == 0:
@@ -51,11 +52,12 @@ def store_in_half(model_bytes, op_outputs):
             if all(t.buffer != old_buffer for t in graph.tensors):  # unless the converter shared the constant
                 model.buffers[old_buffer] = schema.BufferT()
             unpack = schema.OperatorT()
-            unpack.opcodeIndex, unpack.inputs, unpack.outputs = dequantize, [len(graph.tensors) - 1], [index]
+            unpack.opcodeIndex = opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, HALF_DEQUANTIZE_VERSION)
+            unpack.inputs, unpack.outputs = [len(graph.tensors) - 1], [index]
             operators.insert(len(operators) - 1, unpack)  # just before its op: XNNPACK's partition stays one
     graph.operators = operators
     builder = flatbuffers.Builder(len(model_bytes))
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    builder.Finish(model.Pack(builder), file_identifier=MODEL_IDENTIFIER)
     return bytes(builder.Output())
 
 

@@ -18,9 +18,9 @@ import tempfile
 
 import numpy as np
 
-from .export import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, MIN_CALIBRATION_IMAGES, calibration_images,
-                     check_builtin_ops, convert_graph, default_float_nodes, dense_role_nodes, quantize_int8,
-                     split_float_ops)
+from .export import MIN_CALIBRATION_IMAGES, calibration_images, check_builtin_ops, convert_graph
+from .int8 import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, default_float_nodes, dense_role_nodes, quantize_int8,
+                   split_float_ops)
 from .graph import DENSE_ROLES, keras_scores, norm_count
 from .verify import latency_ms, op_precisions, predict
 

@@ -12,6 +12,7 @@ import keras
 from app_models import train_fashion_run
 from vit_keras.constants import QUANTIZATIONS as MODES
 from vit_keras.convert import export as tflite_export
+from vit_keras.convert import int8 as int8_export
 from vit_keras.convert import metadata as tflite_metadata
 from vit_keras.convert.graph import keras_scores
 from vit_keras.convert.verify import delegation_report, format_table, predict, verify
@@ -239,8 +240,8 @@ def test_int8_position_table_is_stored_in_half(tmp_path):
                                    hidden_size=32, num_heads=2, mlp_dim=32, include_preprocessing=True)
     images = np.random.default_rng(0).integers(0, 256, (120, 32, 32, 3), dtype=np.uint8)
     calibrated = tflite_export.convert_graph(model, "int8", images)
-    full = store_in_half(tflite_export.quantize_int8(  # no names: the flatbuffer packed again, as it is
-        calibrated, num_norms=norm_count(model), float_nodes=tflite_export.default_float_nodes(model, calibrated),
+    full = store_in_half(int8_export.quantize_int8(  # no names: the flatbuffer packed again, as it is
+        calibrated, num_norms=norm_count(model), float_nodes=int8_export.default_float_nodes(model, calibrated),
         half_table=False), ())
     half = tflite_export.convert(model, "int8", images)
     tokens, width = model.patch_encoder.num_tokens, 32
@@ -414,7 +415,7 @@ def test_verify_names_the_ops_kept_in_float(exported, reference, fashion):
                    threads=(1,)) for mode in ("float32", "int8")]
     float32, int8 = rows
     assert not float32["integer_ops"] and float32["float_ops"]["FULLY_CONNECTED"] > 0
-    assert set(int8["float_ops"]) >= set(tflite_export.INT8_XNNPACK_FLOAT_OPS)  # BATCH_MATMUL, SOFTMAX, GELU, RSQRT
+    assert set(int8["float_ops"]) >= set(int8_export.INT8_XNNPACK_FLOAT_OPS)  # BATCH_MATMUL, SOFTMAX, GELU, RSQRT
     assert "FULLY_CONNECTED" in int8["integer_ops"] and "FULLY_CONNECTED" not in int8["float_ops"]
     assert "QUANTIZE" not in int8["float_ops"] and "QUANTIZE" not in int8["integer_ops"]
     table = format_table(rows, threads=(1,), runtimes=("interpreter",))
@@ -440,7 +441,7 @@ def test_min_agreement_keeps_the_fewest_float_ops_that_meet_it(run_dir, fashion,
     chosen = [row for row in rows if row.get("chosen")]
     assert len(chosen) == 1 and chosen[0]["agreement"] >= target
     default = rows[2]  # after full int8 and the XNNPACK minimum, measured but never chosen
-    assert default["float_ops"] == tflite_export.INT8_FLOAT_OPS
+    assert default["float_ops"] == int8_export.INT8_FLOAT_OPS
     step = size_step(chosen[0], default["bytes"])
     assert all(row["agreement"] < target for row in rows[2:] if size_step(row, default["bytes"]) < step or (
         size_step(row, default["bytes"]) == step and row["float_op_count"] < chosen[0]["float_op_count"]))
@@ -462,7 +463,7 @@ def test_a_dense_role_in_float_keeps_that_layer_of_every_block(run_dir, fashion,
     out = tmp_path / "mlp_out_float.tflite"
     tflite_export.export_tflite(run_dir / "model.keras", out, quantize="int8", calibration=fashion[0][:100],
                                 calibration_size=100,
-                                float_ops=tflite_export.INT8_FLOAT_OPS + ("FULLY_CONNECTED:mlp_out",))
+                                float_ops=int8_export.INT8_FLOAT_OPS + ("FULLY_CONNECTED:mlp_out",))
     float_ops, integer_ops = op_precisions(out)
     blocks = len(tflite_export.load_vit(run_dir / "model.keras").blocks)
     assert float_ops["FULLY_CONNECTED"] == blocks and integer_ops["FULLY_CONNECTED"] >= 2 * blocks + 1
@@ -487,7 +488,7 @@ def test_sequence_pooling_exports_to_int8_with_its_score_layer_as_a_dense_role(f
     for name, extra in (("default", ()), ("score_float", ("FULLY_CONNECTED:sequence_pool",))):
         out = tmp_path / f"{name}.tflite"
         tflite_export.export_tflite(model, out, quantize="int8", labels=LABELS, calibration=fashion[0][:100],
-                                    calibration_size=100, float_ops=tflite_export.INT8_FLOAT_OPS + extra)
+                                    calibration_size=100, float_ops=int8_export.INT8_FLOAT_OPS + extra)
         counts[name] = op_precisions(out)[0].get("FULLY_CONNECTED", 0)
     assert counts["score_float"] == counts["default"] + 1
     calibrated = convert_graph(model, "int8", fashion[0][:100])

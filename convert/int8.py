@@ -1,0 +1,149 @@
+"""Which ops an int8 file keeps in float, and the quantization that keeps them there.
+
+    from vit_keras.convert.int8 import quantize_int8, default_float_nodes
+    int8_bytes = quantize_int8(calibrated, float_nodes=default_float_nodes(model, calibrated))
+
+``calibrated`` is the converter's calibrated float graph (``export.convert_graph(model, "int8", images)``). Op
+types are kept in float by type (``INT8_FLOAT_OPS``), single ops by the node names convert/graph.py gives them.
+"""
+
+import functools
+import re
+
+from .half_tables import store_in_half
+
+# int8 keeps these ops in float. BATCH_MATMUL, SOFTMAX, GELU, RSQRT: XNNPACK has no int8
+# kernel for them, so in int8 each one splits the graph and runs on slow single-threaded
+# reference kernels (their cost: docs/benchmarks.md, "Export"); MEAN, SUB, MUL: LayerNorm's
+# statistics, the most sensitive ops in the per-op sensitivity sweep (convert/sensitivity.py).
+# These are also the ViT ops known to lose accuracy in int8 (softmax, GELU, LayerNorm outliers).
+# CONCATENATION, SPLIT, SLICE and the ADDs of the position embedding, the residual stream and LayerNorm's shift
+# (nodes named in default_float_nodes): the heads' concat, the fused qkv's split, the class-token readout, the
+# residual stream from its start and whole LayerNorms in float need no conversions of their own, so each
+# FULLY_CONNECTED has just a QUANTIZE in and a DEQUANTIZE out. A stem (but the conv reading the image) and the
+# reshapes and pads stay in float too (stem_nodes, layout_nodes). The residual stream is never rounded to int8:
+# on models trained elsewhere that rounding was most of int8's loss (docs/benchmarks.md, "int8 on models
+# trained elsewhere").
+# The QUANTIZE/DEQUANTIZE ops run inside XNNPACK, so the graph stays one delegated partition and the
+# FULLY_CONNECTED / CONV_2D layers, where the time and the weights are, run in int8.
+INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL", "CONCATENATION", "SLICE",
+                  "SPLIT")
+INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op in XNNPACK
+INT8_FLOAT_NODES = ("layernorm_epsilon",)  # with RSQRT: LayerNorm's variance + epsilon
+LAYOUT_OPS = ("RESHAPE", "PAD")  # int8 keeps them in float where they don't read the input (``layout_nodes``)
+
+
+def float_node_names(base_names, count=1000):
+    """TF names a repeated op name_1, name_2, ...; the quantizer matches exact node names."""
+    return [f"{name}_{i}" if i else name for name in base_names for i in range(count)]
+
+
+def default_float_nodes(model, calibrated):
+    """The nodes the default int8 export keeps in float besides its op types: the ADDs of the position
+    embedding, the residual stream, LayerNorm's shift and LSA's mask (named in convert/graph.py), a stem
+    (``stem_nodes``) and the reshapes and pads (``layout_nodes``)."""
+    from .graph import norm_count
+
+    heads = sum(block.num_heads for block in model.blocks)
+    return (["embedding"] + float_node_names(("residual", "layernorm_shift"), norm_count(model))
+            + float_node_names(("attention_mask",), heads) + stem_nodes(model, calibrated)
+            + layout_nodes(calibrated))
+
+
+def layout_nodes(calibrated):
+    """Names of the RESHAPE and PAD ops that don't read the image input.
+
+    They compute nothing, but in int8 the converter rounds their input to int8 for them: the tokens' reshape
+    after the patch embedding and the class token's PAD rounded the residual stream at its start, and a
+    hybrid's GroupNorm reshapes its stem's activations (docs/benchmarks.md, "int8 on models trained
+    elsewhere"). In float one between int8 ops would cost a conversion pair; ours sit next to float ops.
+    """
+    return [name for op in LAYOUT_OPS for name, reads_input in op_outputs(calibrated, op) if not reads_input]
+
+
+def stem_nodes(model, calibrated):
+    """Names of a stem's ops that int8 keeps in float: every CONV_2D but the one reading the image input (a conv
+    stem's or a ResNet stem's convs, and the 1x1 patch embedding after either), and a ResNet stem's GroupNorm
+    shifts and unit residuals, the ADDs of its own residual stream (none for a model without a stem).
+
+    A stem fixes the tokens' precision: rounded to int8 inside it, the tokens carry that error into every block
+    (what keeping it in float buys in agreement and costs in bytes: docs/benchmarks.md, "The conv stem in float"
+    and "int8 on models trained elsewhere"). The conv that reads the input (RGB -> gray, or the normalization)
+    stays int8, so the input stays uint8.
+    """
+    from vit_keras.stems import ResNetV2Stem
+
+    if model.stem is None:
+        return []
+    convs = [name for name, reads_input in op_outputs(calibrated, "CONV_2D") if not reads_input]
+    if not isinstance(model.stem, ResNetV2Stem):
+        return convs
+    return (convs + nodes_named(calibrated, "ADD", ("groupnorm_shift", "stem_residual"))
+            + nodes_named(calibrated, "MAX_POOL_2D", ("stem_pool",)))
+
+
+def dense_role_nodes(calibrated, roles):
+    """Names of the FULLY_CONNECTED ops of ``roles`` (graph.DENSE_ROLES)."""
+    return nodes_named(calibrated, "FULLY_CONNECTED", roles)
+
+
+def nodes_named(calibrated, op_name, base_names):
+    """Output names of the ``op_name`` ops that carry one of ``base_names``. The converter names a fused op by
+    all the nodes it fused ("MatMul_7;mlp_out_2", "Relu;groupnorm_shift"), and the quantizer keeps an op in
+    float only by that whole name; a base name among the parts has a number after it or none."""
+    if not base_names:
+        return []
+    pattern = re.compile(r"^(?:%s)_?\d*$" % "|".join(map(re.escape, base_names)))
+    return [name for name, _ in op_outputs(calibrated, op_name)
+            if any(pattern.match(part) for part in name.split(";"))]
+
+
+def op_outputs(model_bytes, op_name):
+    """(output tensor name, whether it reads the graph's input) for each ``op_name`` op, in graph order."""
+    return [(name, reads_input) for op, name, reads_input in graph_outputs(bytes(model_bytes)) if op == op_name]
+
+
+@functools.lru_cache(maxsize=4)
+def graph_outputs(model_bytes):
+    """(op name, output tensor name, whether the op reads the graph's input) for every op output: cached, since
+    the sweep asks the same calibrated graph for each dense role."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
+    inputs = {d["index"] for d in interpreter.get_input_details()}
+    return tuple((op["op_name"], names[int(t)], bool(inputs & {int(i) for i in op["inputs"]}))
+                 for op in interpreter._get_ops_details() for t in op["outputs"])
+
+
+def split_float_ops(float_ops):
+    """(op types, dense roles) of ``float_ops``, whose entries are TFLite op types ("SOFTMAX") or
+    "FULLY_CONNECTED:<role>" for one of graph.DENSE_ROLES: that layer of every block ("FULLY_CONNECTED:mlp_out")."""
+    from .graph import DENSE_ROLES
+
+    op_types, roles = [], []
+    for entry in float_ops:
+        op_type, _, role = entry.partition(":")
+        if role and (op_type != "FULLY_CONNECTED" or role not in DENSE_ROLES):
+            raise ValueError(f"`float_ops` entry {entry!r}: a dense role is written FULLY_CONNECTED:<role>, the "
+                             f"role one of {', '.join(DENSE_ROLES)}.")
+        (roles if role else op_types).append(role or op_type)
+    return op_types, roles
+
+
+def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_nodes=(), half_table=True):
+    """Full-integer model from a calibrated one: uint8 raw-pixel input, float32 scores, ``float_ops`` (op types,
+    or dense roles: ``split_float_ops``) and the ops named in ``float_nodes`` in float.
+
+    half_table: a float position-embedding ADD's table stored in float16 (``half_tables.store_in_half``)."""
+    import tensorflow as tf
+    from tensorflow.lite.python import convert as tf_convert
+    from tensorflow.lite.python import util as tf_util
+
+    op_types, roles = split_float_ops(float_ops)
+    nodes = float_node_names(INT8_FLOAT_NODES, num_norms) if "RSQRT" in op_types else []
+    nodes += list(float_nodes) + dense_role_nodes(calibrated, roles)
+    quantized = tf_convert.mlir_quantize(calibrated, fully_quantize=False, denylisted_ops=op_types,
+                                         denylisted_nodes=nodes)
+    quantized = tf_util.modify_model_io_type(quantized, tf.uint8, tf.float32)
+    return store_in_half(quantized, nodes_named(quantized, "ADD", ("embedding",))) if half_table else quantized
