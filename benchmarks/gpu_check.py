@@ -119,7 +119,7 @@ def float16_probes():
     input: the backward pass has dots of its own), to find the one XLA rejects."""
     import keras
 
-    from vit_keras.layers import MultiHeadSelfAttention, TransformerBlock
+    from vit_keras.encoder import MultiHeadSelfAttention, TransformerBlock
     from vit_keras.models import VisionTransformer
 
     previous = keras.mixed_precision.global_policy()

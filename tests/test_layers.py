@@ -6,7 +6,8 @@ import pytest
 import vit_keras  # noqa: F401  (registers the layers)
 import keras
 from keras import ops
-from vit_keras.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TransformerBlock
+from vit_keras.encoder import MultiHeadSelfAttention, TransformerBlock
+from vit_keras.layers import DropPath, PatchEncoder, Patches
 from vit_keras.readout import TokenPooling
 from vit_keras.stems import ConvStem, ResNetV2Stem, StdConv2D
 
@@ -245,3 +246,16 @@ def test_keras_base_keywords_still_pass_to_layers():
     assert encoder.name == "patches" and not encoder.trainable
     block = TransformerBlock(2, 16, name="block", dtype="bfloat16")
     assert block.compute_dtype == "bfloat16"
+
+
+def test_layers_that_moved_still_import_from_layers():
+    """The encoder's layers and the readout moved to modules of their own; ``vit_keras.layers`` still has them."""
+    import vit_keras.encoder
+    import vit_keras.layers
+    import vit_keras.readout
+
+    assert vit_keras.layers.TransformerBlock is vit_keras.encoder.TransformerBlock is vit_keras.TransformerBlock
+    assert vit_keras.layers.MultiHeadSelfAttention is vit_keras.encoder.MultiHeadSelfAttention
+    assert vit_keras.layers.TokenPooling is vit_keras.readout.TokenPooling
+    with pytest.raises(AttributeError, match="no attribute 'Missing'"):
+        vit_keras.layers.Missing

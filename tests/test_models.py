@@ -85,8 +85,8 @@ def test_last_block_reads_out_the_class_token_alone_with_the_same_logits(pooling
     images = np.random.default_rng(4).normal(size=(2, 32, 32, 3)).astype("float32")
     x = ops.convert_to_tensor(images)
     for layer in model.layers[1:]:  # the same weights, every block over all tokens
-        x = layer.attn(layer.norm1(x)) + x if isinstance(layer, vit_keras.layers.TransformerBlock) else layer(x)
-        if isinstance(layer, vit_keras.layers.TransformerBlock):
+        x = layer.attn(layer.norm1(x)) + x if isinstance(layer, vit_keras.TransformerBlock) else layer(x)
+        if isinstance(layer, vit_keras.TransformerBlock):
             x = x + layer.mlp(layer.norm2(x))
     np.testing.assert_allclose(model.predict(images, verbose=0), ops.convert_to_numpy(x), atol=1e-4)
 
@@ -234,13 +234,13 @@ def test_mixed_precision_keeps_logits_float32():
 
 
 def test_model_code_imports_no_tensorflow():
-    """layers, stems and models use keras.ops only (ARCHITECTURE.md), so they run on Keras's other backends:
+    """layers, encoder, stems and models use keras.ops only (ARCHITECTURE.md), so they run on Keras's other backends:
     benchmarks/gpu_check.py runs them under JAX on a GPU machine with no TensorFlow."""
     import ast
     import os
 
     package = os.path.dirname(vit_keras.__file__)
-    neutral = {"layers", "readout", "stems", "models", "position", "normalization"}
+    neutral = {"layers", "encoder", "readout", "stems", "models", "position", "normalization"}
     for name in sorted(neutral):
         tree = ast.parse(open(os.path.join(package, f"{name}.py")).read())
         for node in tree.body:  # module level: what importing the module pulls in

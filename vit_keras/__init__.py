@@ -16,7 +16,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "inference": ("predict", "predict_function"),
     "microbatch": ("enable_micro_batches",),
-    "layers": ("DropPath", "MultiHeadSelfAttention", "PatchEncoder", "Patches", "TransformerBlock"),
+    "layers": ("DropPath", "PatchEncoder", "Patches"),
+    "encoder": ("MultiHeadSelfAttention", "TransformerBlock"),
     "readout": ("TokenPooling",),
     "models": (
         "MODELS", "VARIANTS", "VisionTransformer", "create_model", "list_models", "load_model", "model_config",

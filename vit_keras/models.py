@@ -21,9 +21,9 @@ from keras import ops
 from . import stems
 from .constants import POOLINGS, POSITION_EMBEDDINGS
 from .normalization import CHECKPOINT, check_normalization, rescaling_layer
+from .encoder import TransformerBlock
 from .layers import (
     PatchEncoder,
-    TransformerBlock,
     check_choice,
     check_divisible,
     pair,
