@@ -93,7 +93,7 @@ def compare(spec, options, cnn_too=True):
     vit_accuracy = evaluate_arrays(model, test.images, test.labels, test.class_names)["accuracy"]
     train = load_dataset(spec, "train", image_size=model.input_shape[1:3])
     if cnn_too:
-        cnn_accuracy, cnn_seconds, epochs, params = train_cnn(train, test, vit_seconds)
+        cnn_accuracy, cnn_seconds, epochs, params = train_cnn(train, test, vit_seconds, seed=options.get("seed", 0))
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     print(f"\n{spec}: {len(train.labels):,} training images, {len(test.labels):,} test images "
           f"({test.source or 'its test split'})")
