@@ -41,6 +41,8 @@ RGB_TO_GRAY = np.array(LUMA_WEIGHTS, dtype="float32")
 # The names of the graph's FULLY_CONNECTED layers by role; no digits, as TF and the converter append numbers.
 DENSE_ROLES = ("qkv", "attention_out", "mlp_in", "mlp_out", "sequence_pool", "pre_logits", "head")
 RGB_TO_GRAY /= RGB_TO_GRAY.sum()
+# Names of a ResNet stem's ops that int8 keeps in float (int8.stem_nodes): its own residual stream.
+GROUPNORM_SHIFT, STEM_RESIDUAL, STEM_POOL = "groupnorm_shift", "stem_residual", "stem_pool"
 
 
 def check_vit(model, source="model"):
@@ -84,7 +86,7 @@ def group_norm(layer, x):
     variance = tf.reduce_mean(centred * centred, axis=[1, 3], keepdims=True)
     y = centred * tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
     y = tf.reshape(y, (-1, height, width, channels)) * tf.constant(numpy(layer.gamma))
-    return tf.add(y, tf.constant(numpy(layer.beta)), name="groupnorm_shift")
+    return tf.add(y, tf.constant(numpy(layer.beta)), name=GROUPNORM_SHIFT)
 
 
 def std_conv(layer, x):
@@ -97,14 +99,14 @@ def std_conv(layer, x):
 def resnet_stem(stem, x):
     """ResNetV2Stem.call, with the int8-friendly GroupNorm and pre-standardized kernels."""
     x = tf.nn.relu(group_norm(stem.gn_root, std_conv(stem.conv_root, x)))
-    x = tf.nn.max_pool2d(x, 3, 2, "SAME", name="stem_pool")
+    x = tf.nn.max_pool2d(x, 3, 2, "SAME", name=STEM_POOL)
     for unit in stem.units:
         residual = x
         if "conv_proj" in unit:
             residual = group_norm(unit["gn_proj"], std_conv(unit["conv_proj"], x))
         y = tf.nn.relu(group_norm(unit["gn1"], std_conv(unit["conv1"], x)))
         y = tf.nn.relu(group_norm(unit["gn2"], std_conv(unit["conv2"], y)))
-        x = tf.nn.relu(tf.add(residual, group_norm(unit["gn3"], std_conv(unit["conv3"], y)), name="stem_residual"))
+        x = tf.nn.relu(tf.add(residual, group_norm(unit["gn3"], std_conv(unit["conv3"], y)), name=STEM_RESIDUAL))
     return x
 
 

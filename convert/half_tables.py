@@ -24,8 +24,7 @@ def store_in_half(model_bytes, op_outputs):
 
     model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
     graph = model.subgraphs[0]
-    names = {tensor.name.decode() if isinstance(tensor.name, bytes) else tensor.name: i
-             for i, tensor in enumerate(graph.tensors)}
+    names = {tensor.name.decode(): i for i, tensor in enumerate(graph.tensors)}  # the object API keeps bytes
     missing = [name for name in op_outputs if name not in names]
     if missing:
         raise ValueError(f"no tensor named {', '.join(missing)} in the graph; it has no op to store in half.")
@@ -43,8 +42,7 @@ def store_in_half(model_bytes, op_outputs):
             half = schema.TensorT()
             half.name, half.shape, half.type = tensor.name + b"_half", tensor.shape, schema.TensorType.FLOAT16
             buffer = schema.BufferT()
-            buffer.data = np.frombuffer(np.asarray(data, np.uint8).tobytes(), np.float32).astype(np.float16).view(
-                np.uint8)
+            buffer.data = np.asarray(data, np.uint8).view(np.float32).astype(np.float16).view(np.uint8)
             model.buffers.append(buffer)
             half.buffer = len(model.buffers) - 1
             graph.tensors.append(half)

@@ -73,13 +73,15 @@ def stem_nodes(model, calibrated):
     """
     from vit_keras.stems import ResNetV2Stem
 
+    from .graph import GROUPNORM_SHIFT, STEM_POOL, STEM_RESIDUAL
+
     if model.stem is None:
         return []
     convs = [name for name, reads_input in op_outputs(calibrated, "CONV_2D") if not reads_input]
     if not isinstance(model.stem, ResNetV2Stem):
         return convs
-    return (convs + nodes_named(calibrated, "ADD", ("groupnorm_shift", "stem_residual"))
-            + nodes_named(calibrated, "MAX_POOL_2D", ("stem_pool",)))
+    return (convs + nodes_named(calibrated, "ADD", (GROUPNORM_SHIFT, STEM_RESIDUAL))
+            + nodes_named(calibrated, "MAX_POOL_2D", (STEM_POOL,)))
 
 
 def dense_role_nodes(calibrated, roles):
