@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from vit_keras.constants import QUANTIZATIONS
+from vit_keras.constants import INT8_RANGES, QUANTIZATIONS
 from vit_keras.validation import check_keywords
 
 from . import metadata as tflite_metadata
@@ -89,11 +89,17 @@ def to_rgb(images):
     return np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else images
 
 
-def representative_dataset(images):
+def calibration_inputs(images):
+    """The calibration images as the float graph takes them: float32 RGB raw pixels. One pixel at 0 and one at
+    255 pin the input range to [0, 255]: the uint8 input then carries raw pixels exactly (scale 1, zero point
+    0), as Android's classifiers feed them."""
     rgb = to_rgb(images)
-    # One pixel at 0 and one at 255 pin the input range to [0, 255]: the uint8 input then
-    # carries raw pixels exactly (scale 1, zero point 0), as Android's classifiers feed them.
     rgb[0, 0, 0], rgb[0, 0, 1] = 0.0, 255.0
+    return rgb
+
+
+def representative_dataset(images):
+    rgb = calibration_inputs(images)
 
     def generate():
         for image in rgb:
@@ -124,13 +130,15 @@ def check_builtin_ops(model_bytes, quantize):
 
 
 def convert(model, quantize="float32", calibration=None, dynamic_batch=False, float_ops=INT8_FLOAT_OPS,
-            attention_output=False):
+            attention_output=False, ranges="mse"):
     """Converted flatbuffer bytes (no metadata yet); ValueError for anything but builtin ops.
 
-    attention_output: a second output, the attention rollout (``attention_output.attention_rollout``)."""
+    attention_output: a second output, the attention rollout (``attention_output.attention_rollout``).
+    ranges: int8's activation ranges (``convert_graph``)."""
     from .graph import norm_count
 
-    model_bytes = convert_graph(model, quantize, calibration, dynamic_batch, attention_output=attention_output)
+    model_bytes = convert_graph(model, quantize, calibration, dynamic_batch, attention_output=attention_output,
+                                ranges=ranges)
     if quantize == "int8":
         nodes = default_float_nodes(model, model_bytes) if float_ops else ()  # () alone: plain full int8
         if attention_output:  # the rollout's ADDs and output: its values, ~1/tokens, would lose to int8's rounding
@@ -147,13 +155,21 @@ def convert(model, quantize="float32", calibration=None, dynamic_batch=False, fl
     return scores_output_first(model_bytes)
 
 
+def check_ranges(ranges):
+    if ranges not in INT8_RANGES:
+        raise ValueError(f"Unknown `ranges`={ranges!r} (--ranges); valid values are {', '.join(INT8_RANGES)}.")
+
+
 def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False, smooth_norms=False,
-                  attention_output=False):
+                  attention_output=False, ranges="mse"):
     """The TFLite converter's output: the final model, or for int8 the calibrated float model.
 
     calibration: int8's calibration images (an array, as ``calibration_images`` returns them), all used.
     smooth_norms: int8 only; the blocks' LayerNorm outputs smoothed into the next FULLY_CONNECTED
       (``graph.norm_scales``; what it buys: docs/benchmarks.md, "int8 on models trained elsewhere").
+    ranges: int8 only; "mse": each activation's range is the one with the least int8 rounding and clipping
+      error over the calibration images (``ranges.mse_ranges``); "minmax": their min and max, as the converter
+      records them.
     """
     import tensorflow as tf
 
@@ -161,6 +177,7 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
 
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
+    check_ranges(ranges)
     scales = smoothing = None
     if quantize == "int8":
         calibration = calibration_images(calibration, model, limit=None)
@@ -188,6 +205,10 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
         named = f" (ops: {', '.join(ops)})" if ops else ""
         raise ValueError(f"TFLite conversion with `quantize`={quantize!r} failed{named}: the export needs "
                          f"TFLite builtin ops only, no Flex/SELECT_TF_OPS. {str(error)[-800:]}") from error
+    if quantize == "int8" and ranges == "mse":
+        from .ranges import mse_ranges
+
+        model_bytes = mse_ranges(model_bytes, calibration_inputs(calibration))
     return model_bytes
 
 
@@ -277,7 +298,7 @@ def check_metadata_keywords(metadata_fields):
 
 def export_tflite(model, out, quantize="float32", calibration=None, labels=None, dynamic_batch=False,
                   calibration_size=DEFAULT_CALIBRATION_IMAGES, float_ops=INT8_FLOAT_OPS, min_agreement=None,
-                  attention_output=False, **metadata_fields):
+                  attention_output=False, ranges="mse", **metadata_fields):
     """Export ``model`` (a .keras path or a VisionTransformer) to ``out``; returns a summary dict.
 
     labels: a list, a file path, or None for labels.txt beside the .keras file.
@@ -294,6 +315,7 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
     check_metadata_keywords(metadata_fields)
+    check_ranges(ranges)
     if quantize == "int8" and (calibration_size is None or int(calibration_size) < MIN_CALIBRATION_IMAGES):
         raise ValueError(f"`calibration_size` must be at least {MIN_CALIBRATION_IMAGES} (int8 calibrates on that "
                          f"many real images; {DEFAULT_CALIBRATION_IMAGES} by default); got {calibration_size}.")
@@ -329,9 +351,9 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
         calibration = calibration_images(calibration, model, limit=calibration_size)
     sweep = None
     if min_agreement is not None:
-        model_bytes, sweep = convert_fewest_float_ops(model, calibration, dynamic_batch, min_agreement)
+        model_bytes, sweep = convert_fewest_float_ops(model, calibration, dynamic_batch, min_agreement, ranges)
     else:
-        model_bytes = convert(model, quantize, calibration, dynamic_batch, float_ops, attention_output)
+        model_bytes = convert(model, quantize, calibration, dynamic_batch, float_ops, attention_output, ranges)
     detail = check_runtime(model_bytes, quantize)
     meta = classifier_metadata(model, labels, quantize, detail["dtype"], **metadata_fields)
     files = {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"}

@@ -72,11 +72,12 @@ def split_held_out(images, min_agreement):
     return images[:-held], images[-held:]
 
 
-def convert_fewest_float_ops(model, calibration, dynamic_batch, min_agreement):
+def convert_fewest_float_ops(model, calibration, dynamic_batch, min_agreement, ranges="mse"):
     """int8 bytes with the fewest ops in float meeting ``min_agreement`` on a held-out part of ``calibration``
     (``sensitivity.fewest_float_ops``), and the rows the sweep tried."""
     calibration, held_out = split_held_out(calibration, min_agreement)
-    model_bytes, rows = fewest_float_ops(model, calibration, held_out, min_agreement, dynamic_batch=dynamic_batch)
+    model_bytes, rows = fewest_float_ops(model, calibration, held_out, min_agreement, dynamic_batch=dynamic_batch,
+                                         ranges=ranges)
     check_builtin_ops(model_bytes, "int8")
     return bytes(model_bytes), rows
 
@@ -119,7 +120,7 @@ def op_sensitivity(model, calibration, images, base=INT8_XNNPACK_FLOAT_OPS, cand
 
 
 def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWEEP_CANDIDATES, latency_runs=20,
-                     dynamic_batch=False):
+                     dynamic_batch=False, ranges="mse"):
     """The int8 model with the smallest file, then the fewest ops in float, whose top-1 agreement with Keras on
     ``held_out`` (uint8 images the calibration never saw) is at least ``min_agreement``: (model bytes, the rows
     tried, the chosen one marked "chosen").
@@ -129,7 +130,7 @@ def fewest_float_ops(model, calibration, held_out, min_agreement, candidates=SWE
     it and adds them in that order until the target is met. ValueError, with the rows, if even all of them fall
     short. Each row also has its size and 2-thread LiteRT latency (the trade-off).
     """
-    calibrated = convert_graph(model, "int8", calibration, dynamic_batch)
+    calibrated = convert_graph(model, "int8", calibration, dynamic_batch, ranges=ranges)
     candidates = [group for group in candidates if in_graph(calibrated, group)]
     with tempfile.TemporaryDirectory() as folder:
         prober = Prober(model, calibrated, held_out, folder, latency_runs)

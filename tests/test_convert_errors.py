@@ -118,6 +118,17 @@ def test_quantization_mode_rejected(vit_file, tmp_path, capsys):
     assert os.listdir(tmp_path) == []
 
 
+def test_unknown_int8_ranges_fail_before_any_conversion(vit_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(tflite_export, "convert_graph", None)  # any conversion would fail on this
+    with pytest.raises(ValueError, match="`ranges`='percentile'.*valid values are mse, minmax"):
+        tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8", calibration=images(150),
+                                    ranges="percentile")
+    assert cli.main(["export", str(vit_file), "--calibration", "fashion_mnist", "--ranges", "max",
+                     "--out", str(tmp_path / "m.tflite")]) == 2
+    assert "Unknown --ranges 'max'; valid values are mse, minmax" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
 def test_labels_must_match(vit_file, tmp_path):
     (tmp_path / "few.txt").write_text("a\nb\n")
     with pytest.raises(ValueError, match="2 names but the model has 10 classes"):

@@ -24,6 +24,7 @@ POOLINGS = ("token", "gap", "sequence")  # eq. 4's readout: vit_keras.readout
 
 # Export and the device runtimes
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
+INT8_RANGES = ("mse", "minmax")  # how int8 picks each activation's range: vit_keras.convert.ranges
 RUNTIMES = ("interpreter", "compiled")  # LiteRT's Interpreter and CompiledModel APIs
 
 # The Google checkpoints' input range: (pixel - 127.5) / 127.5 in [-1, 1].

@@ -1,7 +1,7 @@
 """`vit-keras export`: a trained .keras ViT -> .tflite with metadata (labels, normalization) for Android/MediaPipe."""
 
 HELP = "Export a trained ViT (.keras) to TFLite (float32|float16|dynamic|int8) with metadata."
-from vit_keras.constants import QUANTIZATIONS
+from vit_keras.constants import INT8_RANGES, QUANTIZATIONS
 
 
 def add_arguments(parser):
@@ -11,6 +11,9 @@ def add_arguments(parser):
     parser.add_argument("--calibration", default=None, metavar="DATA",
                         help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH")
     parser.add_argument("--calibration-size", type=int, default=300, help="calibration images (default 300)")
+    parser.add_argument("--ranges", default="mse", metavar="|".join(INT8_RANGES),
+                        help="int8 activation ranges: mse (the least rounding and clipping error over the "
+                             "calibration images; default) or minmax (their min and max)")
     parser.add_argument("--min-agreement", type=float, default=None, metavar="FRACTION",
                         help="int8: keep in float what makes top-1 agreement with Keras, on a held-out part of "
                              "the calibration images (5 / (1 - FRACTION) of them), at least this, in the smallest "
@@ -30,6 +33,8 @@ def add_arguments(parser):
 def run(args):
     if args.quantize not in QUANTIZATIONS:  # before the slow imports
         raise ValueError(f"Unknown --quantize {args.quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
+    if args.ranges not in INT8_RANGES:
+        raise ValueError(f"Unknown --ranges {args.ranges!r}; valid values are {', '.join(INT8_RANGES)}.")
     if args.quantize == "int8" and not args.calibration:
         raise ValueError("--quantize int8 (the default) needs --calibration DATA: the training data spec "
                          "(fashion_mnist, tfds:NAME or folder:PATH). Float modes need none.")
@@ -41,7 +46,7 @@ def run(args):
     summary = export_tflite(
         args.model, args.out, quantize=args.quantize, calibration=args.calibration, labels=args.labels,
         dynamic_batch=args.dynamic_batch, calibration_size=args.calibration_size,
-        min_agreement=args.min_agreement, attention_output=args.attention_output, name=args.name,
+        min_agreement=args.min_agreement, ranges=args.ranges, attention_output=args.attention_output, name=args.name,
         description=args.description, version=args.version, license=args.license,
     )
     print(f"wrote {summary['path']} ({summary['bytes'] / 1e6:.2f} MB, {summary['quantize']}, input "

@@ -1,0 +1,80 @@
+"""int8 activation ranges chosen for the least rounding error, not the calibration's min and max.
+
+    from vit_keras.convert.ranges import mse_ranges
+    calibrated = mse_ranges(calibrated, images)   # before quantize_int8
+
+The converter's calibration records each activation's min and max over the calibration images, and int8 spreads
+its 256 levels over that range. One rare value far out stretches the step for all the others. Here each range is
+the one whose 256 levels give the least mean squared error over the calibration images' values: the rounding
+error inside the range plus the clipping error outside it (the "OMSE" range of the ViT quantization literature;
+what it buys: docs/benchmarks.md, "Activation ranges").
+"""
+
+import numpy as np
+
+from .metadata import MODEL_IDENTIFIER
+
+BINS = 2048  # histogram bins over each activation's calibrated range
+LEVELS = 255  # int8 steps across a range
+SHRINK = np.linspace(1.0, 0.2, 41)  # candidate ends: the calibrated min and max times each of these
+
+
+def best_range(counts, low, high):
+    """(lo, hi) with the least expected squared error for int8 over a histogram of ``counts`` in BINS equal bins
+    from ``low`` to ``high``; candidates keep 0 inside the range, as int8's zero point must be a level."""
+    centers = low + (np.arange(len(counts)) + 0.5) * (high - low) / len(counts)
+    lows, highs = np.minimum(low, 0.0) * SHRINK, np.maximum(high, 0.0) * SHRINK
+    lo, hi = lows[:, None, None], highs[None, :, None]
+    step = (hi - lo) / LEVELS
+    error = np.where(centers < lo, (lo - centers) ** 2, np.where(centers > hi, (centers - hi) ** 2, step ** 2 / 12))
+    cost = (error * counts).sum(-1)
+    i, j = np.unravel_index(np.argmin(cost), cost.shape)
+    return float(lows[i]), float(highs[j])
+
+
+def activation_histograms(calibrated, images, targets):
+    """{tensor index: BINS counts over its calibrated [min, max]} of ``targets``' values over ``images`` (float32
+    batches of one image, as the calibrated graph takes them)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    # Without XNNPACK: a delegate's inner tensors are not kept for reading.
+    interpreter = Interpreter(model_content=bytes(calibrated), experimental_preserve_all_tensors=True,
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interpreter.allocate_tensors()
+    feed = interpreter.get_input_details()[0]["index"]
+    counts = {index: np.zeros(BINS, np.int64) for index in targets}
+    for image in images:
+        interpreter.set_tensor(feed, image[None])
+        interpreter.invoke()
+        for index, (low, high) in targets.items():
+            values = interpreter.get_tensor(index).ravel()
+            bins = ((values - low) * (BINS / (high - low))).astype(np.int64)
+            counts[index] += np.bincount(np.clip(bins, 0, BINS - 1), minlength=BINS)
+    return counts
+
+
+def mse_ranges(calibrated, images):
+    """``calibrated`` (the converter's calibrate-only output) with each activation's recorded range replaced by its
+    least-squared-error int8 range over ``images`` (float32 RGB raw pixels, (N, H, W, 3): what the calibration
+    saw). The graph's input and outputs keep theirs: the input carries raw pixels, the outputs are float."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(calibrated), 0)
+    graph = model.subgraphs[0]
+    ends = set(int(i) for i in graph.inputs) | set(int(i) for i in graph.outputs)
+    targets = {}
+    for index, tensor in enumerate(graph.tensors):
+        stats = tensor.quantization
+        if index in ends or stats is None or stats.min is None or stats.max is None or len(stats.min) != 1:
+            continue
+        low, high = min(float(stats.min[0]), 0.0), max(float(stats.max[0]), 0.0)
+        if high > low:
+            targets[index] = (low, high)
+    for index, counts in activation_histograms(calibrated, images, targets).items():
+        low, high = best_range(counts, *targets[index])
+        graph.tensors[index].quantization.min = np.array([low], np.float32)
+        graph.tensors[index].quantization.max = np.array([high], np.float32)
+    builder = flatbuffers.Builder(len(calibrated))
+    builder.Finish(model.Pack(builder), file_identifier=MODEL_IDENTIFIER)
+    return bytes(builder.Output())
