@@ -10,6 +10,8 @@ error inside the range plus the clipping error outside it (the "OMSE" range of t
 what it buys: docs/benchmarks.md, "Activation ranges").
 """
 
+import os
+
 import numpy as np
 
 from .metadata import MODEL_IDENTIFIER
@@ -20,14 +22,20 @@ SHRINK = np.linspace(1.0, 0.2, 41)  # candidate ends: the calibrated min and max
 
 
 def best_range(counts, low, high):
-    """(lo, hi) with the least expected squared error for int8 over a histogram of ``counts`` in BINS equal bins
-    from ``low`` to ``high``; candidates keep 0 inside the range, as int8's zero point must be a level."""
+    """(lo, hi) with the least expected squared error for int8 over a histogram of ``counts`` in equal bins from
+    ``low`` to ``high``; candidates keep 0 inside the range, as int8's zero point must be a level.
+
+    The error separates: clipping below lo, clipping above hi, and the rounding of the values between (a step
+    squared over 12 each), so each end's clipping cost is computed once for its candidates."""
     centers = low + (np.arange(len(counts)) + 0.5) * (high - low) / len(counts)
     lows, highs = np.minimum(low, 0.0) * SHRINK, np.maximum(high, 0.0) * SHRINK
-    lo, hi = lows[:, None, None], highs[None, :, None]
-    step = (hi - lo) / LEVELS
-    error = np.where(centers < lo, (lo - centers) ** 2, np.where(centers > hi, (centers - hi) ** 2, step ** 2 / 12))
-    cost = (error * counts).sum(-1)
+    below = np.clip(lows[:, None] - centers, 0, None)  # (candidates, bins): how far under each lo
+    above = np.clip(centers - highs[:, None], 0, None)
+    clip_low, clip_high = (below ** 2) @ counts, (above ** 2) @ counts
+    inside = counts.sum() - (below > 0) @ counts  # per lo; less the values above hi, per hi:
+    inside = inside[:, None] - ((above > 0) @ counts)[None, :]
+    step = (highs[None, :] - lows[:, None]) / LEVELS
+    cost = clip_low[:, None] + clip_high[None, :] + inside * step ** 2 / 12
     i, j = np.unravel_index(np.argmin(cost), cost.shape)
     return float(lows[i]), float(highs[j])
 
@@ -39,7 +47,8 @@ def activation_histograms(calibrated, images, targets):
 
     # Without XNNPACK: a delegate's inner tensors are not kept for reading.
     interpreter = Interpreter(model_content=bytes(calibrated), experimental_preserve_all_tensors=True,
-                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                              num_threads=os.cpu_count())
     interpreter.allocate_tensors()
     feed = interpreter.get_input_details()[0]["index"]
     counts = {index: np.zeros(BINS, np.int64) for index in targets}
