@@ -124,10 +124,11 @@ def ai_edge_quantize(float_path, recipe_name, images, out):
 def with_signature(model_bytes):
     """The flatbuffer with a "serving_default" signature (image -> scores), which ai-edge-quantizer needs; the
     converter does not always write one for our concrete function."""
-    import flatbuffers
     from ai_edge_litert import schema_py_generated as schema
 
-    model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
+    from vit_keras.convert.metadata import pack_model, unpack_model
+
+    model = unpack_model(model_bytes)
     graph = model.subgraphs[0]
 
     def tensor_map(name, index):
@@ -139,9 +140,7 @@ def with_signature(model_bytes):
     signature.signatureKey, signature.subgraphIndex = "serving_default", 0
     signature.inputs, signature.outputs = [tensor_map("image", graph.inputs[0])], [tensor_map("scores", graph.outputs[0])]
     model.signatureDefs = [signature]
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytearray(builder.Output())
+    return bytearray(pack_model(model))
 
 
 def measure(path, reference, labels, images, runs):

@@ -89,21 +89,18 @@ def to_rgb(images):
     return np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else images
 
 
-def calibration_inputs(images):
-    """The calibration images as the float graph takes them: float32 RGB raw pixels. One pixel at 0 and one at
-    255 pin the input range to [0, 255]: the uint8 input then carries raw pixels exactly (scale 1, zero point
-    0), as Android's classifiers feed them."""
-    rgb = to_rgb(images)
-    rgb[0, 0, 0], rgb[0, 0, 1] = 0.0, 255.0
-    return rgb
-
-
 def representative_dataset(images):
-    rgb = calibration_inputs(images)
+    """The calibration images as the float graph takes them, one batch of one image at a time: float32 RGB raw
+    pixels, made image by image (no float copy of the whole set). One pixel at 0 and one at 255 pin the input
+    range to [0, 255]: the uint8 input then carries raw pixels exactly (scale 1, zero point 0), as Android's
+    classifiers feed them."""
 
     def generate():
-        for image in rgb:
-            yield [image[None]]
+        for i in range(len(images)):
+            rgb = to_rgb(images[i:i + 1])
+            if i == 0:
+                rgb[0, 0, 0], rgb[0, 0, 1] = 0.0, 255.0
+            yield [rgb]
 
     return generate
 
@@ -194,7 +191,8 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
     if quantize == "float16":
         converter.target_spec.supported_types = [tf.float16]
     elif quantize == "int8":
-        converter.representative_dataset = representative_dataset(calibration)
+        batches = representative_dataset(calibration)  # the calibrator's images, and then the range pass's
+        converter.representative_dataset = batches
         # Calibrate only, then quantize with the float-kept ops (the QuantizationDebugger's path).
         converter.experimental_mlir_quantizer = True
         converter._experimental_calibrate_only = True
@@ -208,7 +206,7 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
     if quantize == "int8" and ranges == "mse":
         from .ranges import mse_ranges
 
-        model_bytes = mse_ranges(model_bytes, calibration_inputs(calibration))
+        model_bytes = mse_ranges(model_bytes, (batch for batch, in batches()))
     return model_bytes
 
 

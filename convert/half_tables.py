@@ -11,7 +11,7 @@ graph runs as before.
 
 import numpy as np
 
-from .metadata import MODEL_IDENTIFIER
+from .metadata import pack_model, unpack_model
 
 HALF_DEQUANTIZE_VERSION = 3  # DEQUANTIZE's version for float16 inputs, as the converter writes in float16 files
 
@@ -19,10 +19,9 @@ HALF_DEQUANTIZE_VERSION = 3  # DEQUANTIZE's version for float16 inputs, as the c
 def store_in_half(model_bytes, op_outputs):
     """``model_bytes`` with each constant float32 input of the ops writing ``op_outputs`` (tensor names) kept in
     float16 behind a DEQUANTIZE. A name that no op writes is an error, so a renamed graph node cannot go unseen."""
-    import flatbuffers
     from ai_edge_litert import schema_py_generated as schema
 
-    model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
+    model = unpack_model(model_bytes)
     graph = model.subgraphs[0]
     names = {tensor.name.decode(): i for i, tensor in enumerate(graph.tensors)}  # the object API keeps bytes
     missing = [name for name in op_outputs if name not in names]
@@ -54,9 +53,7 @@ def store_in_half(model_bytes, op_outputs):
             unpack.inputs, unpack.outputs = [len(graph.tensors) - 1], [index]
             operators.insert(len(operators) - 1, unpack)  # just before its op: XNNPACK's partition stays one
     graph.operators = operators
-    builder = flatbuffers.Builder(len(model_bytes))
-    builder.Finish(model.Pack(builder), file_identifier=MODEL_IDENTIFIER)
-    return bytes(builder.Output())
+    return pack_model(model, len(model_bytes))
 
 
 def opcode_index(model, builtin, version):

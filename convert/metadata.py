@@ -153,13 +153,27 @@ def metadata_buffer(metadata):
     return bytes(builder.Output())
 
 
+def unpack_model(model_bytes):
+    """A .tflite flatbuffer as the schema's object API (``ModelT``), to edit its tensors, ops and buffers."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    return schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
+
+
+def pack_model(model, size_hint=1024):
+    """A ``ModelT`` back to .tflite bytes, with the model file identifier; ``size_hint``: the builder's first size."""
+    builder = flatbuffers.Builder(size_hint)
+    builder.Finish(model.Pack(builder), file_identifier=MODEL_IDENTIFIER)
+    return bytes(builder.Output())
+
+
 def populate(model_bytes, metadata, associated_files):
     """The model with ``metadata`` in its "TFLITE_METADATA" buffer and ``associated_files`` (name -> bytes) zipped after it."""
     from ai_edge_litert import schema_py_generated as schema
 
     if _find_metadata_buffer(model_bytes) is not None:
         raise ValueError("the model already carries TFLite metadata; populate a fresh conversion.")
-    model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
+    model = unpack_model(model_bytes)
     buffer = schema.BufferT()
     buffer.data = np.frombuffer(metadata_buffer(metadata), dtype=np.uint8)
     model.buffers = (model.buffers or []) + [buffer]
@@ -167,9 +181,7 @@ def populate(model_bytes, metadata, associated_files):
     entry.name = METADATA_NAME
     entry.buffer = len(model.buffers) - 1
     model.metadata = (model.metadata or []) + [entry]
-    builder = flatbuffers.Builder(len(model_bytes) + 4096)
-    builder.Finish(model.Pack(builder), file_identifier=MODEL_IDENTIFIER)
-    out = io.BytesIO(bytes(builder.Output()))
+    out = io.BytesIO(pack_model(model, len(model_bytes) + 4096))
     out.seek(0, io.SEEK_END)
     # Appending to a non-zip file writes a zip whose offsets count from the file start, as MediaPipe reads it.
     with zipfile.ZipFile(out, "a", compression=zipfile.ZIP_STORED) as archive:

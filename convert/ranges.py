@@ -1,7 +1,7 @@
 """int8 activation ranges chosen for the least rounding error, not the calibration's min and max.
 
     from vit_keras.convert.ranges import mse_ranges
-    calibrated = mse_ranges(calibrated, images)   # before quantize_int8
+    calibrated = mse_ranges(calibrated, batches)   # before quantize_int8
 
 The converter's calibration records each activation's min and max over the calibration images, and int8 spreads
 its 256 levels over that range. One rare value far out stretches the step for all the others. Here each range is
@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from .metadata import MODEL_IDENTIFIER
+from .metadata import pack_model, unpack_model
 
 BINS = 2048  # histogram bins over each activation's calibrated range
 LEVELS = 255  # int8 steps across a range
@@ -40,8 +40,8 @@ def best_range(counts, low, high):
     return float(lows[i]), float(highs[j])
 
 
-def activation_histograms(calibrated, images, targets):
-    """{tensor index: BINS counts over its calibrated [min, max]} of ``targets``' values over ``images`` (float32
+def activation_histograms(calibrated, batches, targets):
+    """{tensor index: BINS counts over its calibrated [min, max]} of ``targets``' values over ``batches`` (float32
     batches of one image, as the calibrated graph takes them)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
@@ -52,8 +52,8 @@ def activation_histograms(calibrated, images, targets):
     interpreter.allocate_tensors()
     feed = interpreter.get_input_details()[0]["index"]
     counts = {index: np.zeros(BINS, np.int64) for index in targets}
-    for image in images:
-        interpreter.set_tensor(feed, image[None])
+    for batch in batches:
+        interpreter.set_tensor(feed, batch)
         interpreter.invoke()
         for index, (low, high) in targets.items():
             values = interpreter.get_tensor(index).ravel()
@@ -62,14 +62,11 @@ def activation_histograms(calibrated, images, targets):
     return counts
 
 
-def mse_ranges(calibrated, images):
+def mse_ranges(calibrated, batches):
     """``calibrated`` (the converter's calibrate-only output) with each activation's recorded range replaced by its
-    least-squared-error int8 range over ``images`` (float32 RGB raw pixels, (N, H, W, 3): what the calibration
-    saw). The graph's input and outputs keep theirs: the input carries raw pixels, the outputs are float."""
-    import flatbuffers
-    from ai_edge_litert import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromPackedBuf(bytearray(calibrated), 0)
+    least-squared-error int8 range over ``batches`` (float32 RGB raw pixels, (1, H, W, 3) each: what the
+    calibration saw, as ``export.representative_dataset`` gives them). The graph's input and outputs keep theirs: the input carries raw pixels, the outputs are float."""
+    model = unpack_model(calibrated)
     graph = model.subgraphs[0]
     ends = set(int(i) for i in graph.inputs) | set(int(i) for i in graph.outputs)
     targets = {}
@@ -80,10 +77,8 @@ def mse_ranges(calibrated, images):
         low, high = min(float(stats.min[0]), 0.0), max(float(stats.max[0]), 0.0)
         if high > low:
             targets[index] = (low, high)
-    for index, counts in activation_histograms(calibrated, images, targets).items():
+    for index, counts in activation_histograms(calibrated, batches, targets).items():
         low, high = best_range(counts, *targets[index])
         graph.tensors[index].quantization.min = np.array([low], np.float32)
         graph.tensors[index].quantization.max = np.array([high], np.float32)
-    builder = flatbuffers.Builder(len(calibrated))
-    builder.Finish(model.Pack(builder), file_identifier=MODEL_IDENTIFIER)
-    return bytes(builder.Output())
+    return pack_model(model, len(calibrated))
