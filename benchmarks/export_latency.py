@@ -65,7 +65,7 @@ def build(name, fmnist_model):
 
             keras.utils.set_random_seed(0)
             model = vit_keras.create_model("vit_ti16", image_size=28, patch_size=4, channels=1, num_classes=10,
-                                           include_preprocessing=True, name="fmnist_untrained")
+                                           include_preprocessing=True)
             labels = None
         labels = [v for v in (labels or []) if v] or [f"class_{i}" for i in range(model.vit_config["num_classes"])]
         calibration = np.random.default_rng(0).integers(0, 256, (128, 28, 28, model.vit_config["channels"]), "uint8")
