@@ -25,8 +25,8 @@ from collections import defaultdict
 
 # (op family, pattern on the kernel's function name); the first match wins.
 FAMILIES = (
-    ("matrix products (FULLY_CONNECTED, BATCH_MATMUL, CONV)", r"x?n?n?_\w*(gemm|igemm|conv_hwc|dwconv)"),
-    ("quantize, dequantize, requantize", r"xnn_\w*(vcvt|quantize|qs8_vcvt|qu8_vcvt)"),
+    ("matrix products (FULLY_CONNECTED, BATCH_MATMUL, CONV)", r"_\w*(gemm|conv_hwc|dwconv)"),
+    ("quantize, dequantize, requantize", r"xnn_\w*(vcvt|quantize)"),
     ("softmax", r"xnn_\w*(raddstoreexpminusmax|rmax|rminmax|vscale|softmax)"),
     ("GELU and other activations (int8: a lookup table)", r"xnn_\w*(vtanh|vgelu|verf|vsigmoid|vlrelu|vclamp|lut)"),
     ("LayerNorm reductions (MEAN, rsqrt)", r"xnn_\w*(rsum|rdsum|reduce|vrsqrt|vsqrt)"),
@@ -56,15 +56,11 @@ def family(function):
     return OTHER
 
 
-def function_counts(model_path, invokes, folder):
-    """{function: instructions} for a Python process that loads ``model_path`` and invokes it ``invokes`` times."""
+def function_counts(driver, model_path, invokes, folder):
+    """{function: instructions} for the ``driver`` process that loads ``model_path`` and invokes it ``invokes`` times."""
     out = os.path.join(folder, f"callgrind.{invokes}.out")
-    driver = os.path.join(folder, "driver.py")
-    with open(driver, "w") as f:
-        f.write(DRIVER)
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", f"--toggle-collect={INVOKE}",
-                    sys.executable, driver,
-                    model_path, str(invokes)], check=True, capture_output=True)
+                    sys.executable, driver, model_path, str(invokes)], check=True, capture_output=True)
     report = subprocess.run(["callgrind_annotate", "--threshold=100", out], check=True, capture_output=True,
                             text=True).stdout
     counts = defaultdict(int)
@@ -78,7 +74,10 @@ def function_counts(model_path, invokes, folder):
 def per_invoke(model_path):
     """{family: instructions of one invoke} and {kernel: instructions}, from runs of 1 and 3 invokes."""
     with tempfile.TemporaryDirectory() as folder:
-        once, thrice = function_counts(model_path, 1, folder), function_counts(model_path, 3, folder)
+        driver = os.path.join(folder, "driver.py")
+        with open(driver, "w") as f:
+            f.write(DRIVER)
+        once, thrice = (function_counts(driver, model_path, invokes, folder) for invokes in (1, 3))
     kernels = {name: (thrice[name] - once.get(name, 0)) / 2 for name in thrice}
     families = defaultdict(float)
     for name, count in kernels.items():
