@@ -57,7 +57,7 @@ def family(function):
 
 
 def function_counts(driver, model_path, invokes, folder):
-    """{function: instructions} for the ``driver`` process that loads ``model_path`` and invokes it ``invokes`` times."""
+    """{function: instructions} for ``driver`` loading ``model_path`` and invoking it ``invokes`` times."""
     out = os.path.join(folder, f"callgrind.{invokes}.out")
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", f"--toggle-collect={INVOKE}",
                     sys.executable, driver, model_path, str(invokes)], check=True, capture_output=True)
