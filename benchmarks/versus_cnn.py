@@ -7,8 +7,9 @@
   python benchmarks/versus_cnn.py --data folder:/tmp/vs_cnn/digits --vit min_steps=0    # a trial: train() keywords
 
 The ViT is `vit-keras train --data SPEC` with no other flags (`vit_keras.train.train(spec, out)`), timed from the
-call to its return (loading, building, compiling and fitting). The CNN then trains on the same arrays for that
-many seconds, whole epochs, stopping at the first epoch end past the budget (so it gets at least the ViT's time):
+call to its return (loading, building, compiling, the CNN teacher it distills from on small data, and fitting).
+The CNN then trains on the same arrays for that many seconds, whole epochs, stopping at the first epoch end past
+the budget (so it gets at least the ViT's time). It is `vit_keras.distill.small_cnn`, the default's teacher:
 
     Conv 3x3 x32, ReLU, MaxPool 2 -> Conv 3x3 x64, ReLU, MaxPool 2 -> Dropout 0.5 -> Flatten -> Dense(classes)
 
@@ -31,22 +32,6 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
-def cnn(input_shape, num_classes):
-    import keras
-
-    return keras.Sequential([
-        keras.Input(input_shape),
-        keras.layers.Rescaling(1 / 255),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Conv2D(64, 3, activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Dropout(0.5),
-        keras.layers.Flatten(),
-        keras.layers.Dense(num_classes),
-    ])
-
-
 def train_cnn(train, test, seconds, seed=0):
     """The CNN trained for whole epochs until ``seconds`` have passed; (test accuracy, seconds, epochs, params)."""
     import keras
@@ -59,10 +44,12 @@ def train_cnn(train, test, seconds, seed=0):
             if time.perf_counter() - self.start >= seconds:
                 self.model.stop_training = True
 
+    from vit_keras.distill import TEACHER_LEARNING_RATE, small_cnn
+
     keras.utils.set_random_seed(seed)
-    model = cnn(train.images.shape[1:], train.num_classes)
-    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model = small_cnn(train.images.shape[1:], train.num_classes)
+    model.compile(keras.optimizers.Adam(TEACHER_LEARNING_RATE),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     start = time.perf_counter()
     history = model.fit(train.images.astype("float32"), train.labels, batch_size=128, epochs=10_000,
                         callbacks=[TimeBudget()], verbose=0)

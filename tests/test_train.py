@@ -310,8 +310,8 @@ def test_small_data_gets_the_step_floor_and_epochs_asked_for_do_not():
 
 
 def test_the_step_floor_repeats_the_data_within_each_epoch(tmp_path, capsys):
-    kw = dict(limit=128, batch_size=64, epochs=2, min_steps=10, augment="flip", jit_compile=False, verbose=0,
-              tensorboard=False, model_overrides=TINY)
+    kw = dict(limit=128, batch_size=64, epochs=2, min_steps=10, augment="flip", distill="none", jit_compile=False,
+              verbose=0, tensorboard=False, model_overrides=TINY)
     config = train.train("fashion_mnist", str(tmp_path), **kw)  # 2 batches a pass, 5 steps an epoch
     assert config["steps_per_epoch"] == 5 and config["min_steps"] == 10 and config["completed"]
     assert "step floor: 2 epochs of 5 steps (10 steps, min_steps 10), 2.5 passes over the training images an " \
@@ -322,10 +322,10 @@ def test_the_step_floor_repeats_the_data_within_each_epoch(tmp_path, capsys):
 
 # The keys config.json has had since runs became resumable: resumption compares them, and evaluate and verify read
 # seed and val_fraction from them, so a renamed key would restart or misread the runs already on disk.
-RECORD_KEYS = {"augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "drop_path", "epochs",
-               "min_steps", "label_smoothing", "learning_rate", "limit", "micro_batches", "mixup", "model", "precision", "recipe",
-               "replicas", "seed", "skipped_images", "steps_per_epoch", "strategy", "train_examples", "val_examples",
-               "val_fraction", "vit", "warmup_epochs", "weight_decay", "weights"}
+RECORD_KEYS = {"augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "distill", "drop_path", "epochs",
+               "label_smoothing", "learning_rate", "limit", "micro_batches", "min_steps", "mixup", "model", "precision",
+               "recipe", "replicas", "seed", "skipped_images", "steps_per_epoch", "strategy", "teacher_steps",
+               "train_examples", "val_examples", "val_fraction", "vit", "warmup_epochs", "weight_decay", "weights"}
 
 
 def test_a_finished_run_is_not_redone_and_its_config_json_keeps_its_keys(tmp_path, capsys):
@@ -630,6 +630,7 @@ def test_cli_bad_input_gives_clean_errors(argv, message, capsys, tmp_path):
 @pytest.mark.parametrize("flag, value, message", [
     ("--lr", "0", "--lr must be > 0"), ("--warmup-epochs", "-1", "--warmup-epochs must be >= 0"),
     ("--label-smoothing", "1", "--label-smoothing must be >= 0 and < 1"), ("--drop-path", "-0.1", "--drop-path"),
+    ("--teacher-steps", "0", "--teacher-steps must be a positive integer; got 0."),
 ])
 def test_cli_rejects_bad_hyper_parameters_before_loading(flag, value, message, capsys, tmp_path):
     assert cli.main(["train", "--out", str(tmp_path / "o"), flag, value]) == 2

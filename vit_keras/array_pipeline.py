@@ -23,6 +23,7 @@ import keras
 import numpy as np
 
 from .constants import AUGMENTATIONS, LUMA_WEIGHTS
+from .distill import hard_targets
 
 # Worker threads making batches ahead of the model (NumPy's kernels release the GIL), and batches queued.
 WORKERS = max(1, min(os.cpu_count() or 1, 4))
@@ -37,12 +38,14 @@ def check_crop_scale(crop_scale):
     return scale
 
 
-def check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot):
+def check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher=None):
     """(images as (N, H, W, C), int64 labels) after the checks both pipelines make, with clear errors."""
     if augment not in AUGMENTATIONS:
         raise ValueError(f"Unknown `augment`={augment!r}; valid values are {', '.join(map(repr, AUGMENTATIONS))}.")
     if (mixup or cutmix) and not one_hot:
         raise ValueError("`mixup`/`cutmix` mix labels, so they need `one_hot=True`.")
+    if teacher is not None and not one_hot:
+        raise ValueError("`teacher` mixes its labels into the targets, so it needs `one_hot=True`.")
     images, labels = np.asarray(images), np.asarray(labels, np.int64)
     if int(num_classes) < 1 or (labels.size and not 0 <= labels.min() <= labels.max() < int(num_classes)):
         raise ValueError(f"`labels` must be class indices in [0, `num_classes`={num_classes}); got values in "
@@ -60,7 +63,7 @@ def check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix
 
 def make_batches(images, labels, num_classes, image_size=None, channels=None, batch_size=128, training=False, seed=0,
                  augment="crop", crop_scale=(0.35, 1.0), flip=True, mixup=0.0, cutmix=0.0, one_hot=True,
-                 drop_remainder=None, shard=(0, 1), workers=WORKERS, batches_per_epoch=None):
+                 drop_remainder=None, shard=(0, 1), workers=WORKERS, batches_per_epoch=None, teacher=None):
     """A ``keras.utils.PyDataset`` of (float32 images 0..255, labels) from uint8 arrays; the arguments are
     ``vit_keras.pipeline.make_dataset``'s. ``shard``: (this process's index, process count): each process
     gets its rows of every global batch (``batch_size`` is global, divisible by the count).
@@ -69,7 +72,7 @@ def make_batches(images, labels, num_classes, image_size=None, channels=None, ba
     from .layers import pair
 
     crop_scale = check_crop_scale(crop_scale)
-    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot)
+    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher)
     index, count = shard
     if int(batch_size) % count:
         raise ValueError(f"`batch_size`={batch_size} must be divisible by the {count} processes.")
@@ -78,7 +81,7 @@ def make_batches(images, labels, num_classes, image_size=None, channels=None, ba
                         training, seed, augment if training else "none", crop_scale, flip,
                         (mixup, cutmix) if training else (0, 0), one_hot,
                         training if drop_remainder is None else drop_remainder, (index, count), workers,
-                        batches_per_epoch)
+                        batches_per_epoch, teacher if training else None)
 
 
 class ArrayBatches(keras.utils.PyDataset):
@@ -86,7 +89,7 @@ class ArrayBatches(keras.utils.PyDataset):
     shuffle and draws (Keras calls it after the epoch's worker threads have stopped)."""
 
     def __init__(self, images, labels, num_classes, size, channels, batch_size, training, seed, augment, crop_scale,
-                 flip, mix, one_hot, drop_remainder, shard, workers, batches_per_epoch=None):
+                 flip, mix, one_hot, drop_remainder, shard, workers, batches_per_epoch=None, teacher=None):
         super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=QUEUED_BATCHES)
         self.images, self.labels, self.num_classes = images, labels, num_classes
         self.size, self.channels, self.batch_size = tuple(size), channels, batch_size
@@ -95,6 +98,7 @@ class ArrayBatches(keras.utils.PyDataset):
         self.rand_augment = SeededLayer("RandAugment", seed, per_image=True) if augment == "randaugment" else None
         self.mixers = [SeededLayer(name, seed, **{key: float(value)})
                        for name, key, value in (("MixUp", "alpha", mix[0]), ("CutMix", "factor", mix[1])) if value]
+        self.teacher = teacher
         self.epoch, self.orders, self.lock = 0, {}, threading.Lock()
         self.batches_per_epoch = max(batches_per_epoch or 0, self.batches_per_pass())
 
@@ -145,6 +149,8 @@ class ArrayBatches(keras.utils.PyDataset):
             mixer = self.mixers[int(rng.uniform() < 0.5)] if len(self.mixers) == 2 else self.mixers[0]
             out = mixer(seeds(rng, 1)[0], {"images": x, "labels": y})
             x, y = out["images"], out["labels"]
+        if self.teacher is not None:  # the whole batch's: each process then keeps its rows
+            y = keras.ops.convert_to_numpy(hard_targets(y, self.teacher(x, training=False)))
         return x, y
 
     def on_epoch_end(self):

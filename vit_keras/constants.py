@@ -16,6 +16,8 @@ BACKEND_STRATEGIES = {
 STRATEGIES = tuple(dict.fromkeys(name for names in BACKEND_STRATEGIES.values() for name in names))  # all of them
 RECIPES = ("quick", "long")  # the hyper-parameter tables are in vit_keras.train_config
 AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
+# A CNN teacher's labels (vit_keras.distill): "auto" distills where the recipe's ViT trains on small data.
+DISTILLATIONS = ("auto", "cnn", "none")
 SPLITS = ("train", "val", "test")
 
 # Model options

@@ -2,7 +2,7 @@
 
     uint8 arrays -> cache -> shuffle -> batch -> [random-resized-crop | resize]
         -> channels (gray <-> RGB) -> flip -> [RandAugment] -> float32 0..255
-        -> [MixUp | CutMix] -> prefetch
+        -> [MixUp | CutMix] -> [a teacher's labels mixed in] -> prefetch
 
 Images are decoded once by ``vit_keras.data``; every step here works on whole
 batches (``tf.image.crop_and_resize`` with per-image random boxes, stateless
@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from .array_pipeline import check_arrays, check_crop_scale
+from .distill import hard_targets
 from .layers import pair
 
 # Fixed parallelism instead of tf.data's autotuning: destroying an autotuned iterator, which Keras does
@@ -46,6 +47,7 @@ def make_dataset(
     one_hot=True,
     drop_remainder=None,
     repeat=False,
+    teacher=None,
 ):
     """A batched ``tf.data.Dataset`` of (float32 images 0..255, labels) from uint8 arrays.
 
@@ -55,9 +57,11 @@ def make_dataset(
     mixup / cutmix: alpha of keras.layers.MixUp / factor of keras.layers.CutMix (0 = off);
       when both are on, each batch gets one of them at random. They need one_hot=True.
     one_hot: labels as float one-hot vectors (needed by label smoothing and MixUp) or int64.
+    teacher: a Keras classifier of the batches; in training each batch's targets become
+      ``vit_keras.distill.hard_targets`` of the labels and its predictions (DeiT's hard distillation).
     """
     crop_scale = check_crop_scale(crop_scale)
-    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot)
+    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher)
     size = pair(image_size, "image_size") if image_size is not None else images.shape[1:3]
     channels = int(channels or images.shape[-1])
     augment = augment if training else "none"
@@ -98,6 +102,9 @@ def make_dataset(
         dataset = dataset.map(transform)
     if mix:
         dataset = dataset.map(mix)
+    if training and teacher is not None:
+        dataset = dataset.map(lambda x, y: (x, hard_targets(y, teacher(x, training=False))),
+                              num_parallel_calls=PARALLEL_BATCHES, deterministic=True)
     options = tf.data.Options()
     options.deterministic = True
     options.autotune.enabled = False

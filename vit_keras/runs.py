@@ -145,7 +145,7 @@ def remove_backups(out_dir):
 
 def clear_run(out_dir):
     """Remove a previous run's history, checkpoint, backup, TensorBoard logs and final model from ``out_dir``."""
-    for name in ("history.csv", "checkpoint.keras", "model.keras"):
+    for name in ("history.csv", "checkpoint.keras", "model.keras", TEACHER_FILE):
         path = os.path.join(out_dir, name)
         if os.path.exists(path):
             os.remove(path)
@@ -171,9 +171,11 @@ def clean_history(path):
     write_text(path, "\n".join([header, *(rows[k] for k in sorted(rows))]) + "\n")
 
 
+TEACHER_FILE = "teacher.keras"  # a distilling run's CNN teacher: a resumed run learns from the same one
+
 # Settings config.json has recorded only since they were added; a record from before lacks them. Their effect
 # shows in keys it has (min_steps: in steps_per_epoch and augment), so a finished run from then is not redone.
-ADDED_KEYS = ("min_steps",)
+ADDED_KEYS = ("min_steps", "distill", "teacher_steps")
 # VisionTransformer arguments added since: a model recorded without one was built with its default.
 ADDED_MODEL_KEYS = {"locality_attention": False}
 

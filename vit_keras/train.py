@@ -20,6 +20,7 @@ every device with ``keras.distribution.DataParallel`` (``vit_keras.strategies``)
 TensorFlow and JAX; the torch backend runs eagerly (no torch.compile).
 """
 
+import dataclasses
 import math
 import os
 import time
@@ -191,8 +192,9 @@ def train_with_config(config, out_dir):
     if finished:
         return finished
     try:
+        teacher = make_teacher(config, model.get_config(), out_dir, train_data, val_data)
         seconds = fit(model, config, out_dir, train_data, val_data, steps_per_epoch, worker=None if chief else task,
-                      dist=dist)
+                      dist=dist, teacher=teacher)
     except FileNotFoundError:
         # A worker may still write its last backup when the chief, done, removes every task's backups: the run
         # is complete, not broken, once the chief has recorded it so.
@@ -262,9 +264,28 @@ def build_for_fit(config, train_data, dist):
     return model, steps_per_epoch, micro
 
 
-def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=None):
+def make_teacher(config, vit, out_dir, train_data, val_data):
+    """The CNN teacher of a distilling run (``TrainConfig.distills``), trained on the un-augmented training images
+    at the ViT's input (or the run folder's, when resuming); None when the run does not distill."""
+    if not config.distills(len(train_data.images)):
+        return None
+    from . import distill
+
+    def train_teacher():
+        # Under a distribution strategy the teacher trains on this process's default device: its labels are made
+        # by the input pipeline, outside the replicated step.
+        plain = dataclasses.replace(config, augment="none", mixup=0.0, cutmix=0.0)
+        batches, val_batches = input_pipelines(vit, plain, train_data, val_data, steps_per_epoch=config.teacher_steps)
+        return distill.train_teacher(batches, (*vit["image_size"], vit["channels"]), train_data.num_classes,
+                                     config.teacher_steps, config.seed, val_batches)
+
+    return distill.run_teacher(out_dir, train_teacher)
+
+
+def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=None, teacher=None):
     """``model.fit`` for ``steps`` steps an epoch (``build_for_fit``'s) with the run folder's callbacks (``worker``:
-    a non-chief task's name) on ``dist`` (a strategy of ``vit_keras.strategies``); returns its seconds."""
+    a non-chief task's name) on ``dist`` (a strategy of ``vit_keras.strategies``), the targets mixed with
+    ``teacher``'s labels where there is one (``vit_keras.distill``); returns its seconds."""
     from . import runs
 
     count = len(train_data.images)
@@ -274,7 +295,7 @@ def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=N
               f"min_steps {config.min_steps:,}), {steps * config.batch_size / count:.1f} passes over the training "
               f"images an epoch; augment {config.augmentation(count)!r}")
     train_ds, val_ds = input_pipelines(model.get_config(), config, train_data, val_data, dist,
-                                       steps if repeated else None)
+                                       steps if repeated else None, teacher)
     callbacks = runs.make_callbacks(out_dir, config.batch_size, worker, config.backup_every,
                                     config.tensorboard and worker is None)
     start = time.perf_counter()
@@ -285,15 +306,16 @@ def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=N
     return time.perf_counter() - start
 
 
-def input_pipelines(vit, config, train_data, val_data, dist=None, steps_per_epoch=None):
+def input_pipelines(vit, config, train_data, val_data, dist=None, steps_per_epoch=None, teacher=None):
     """(training, validation) batches at the model's input: tf.data under TensorFlow, else NumPy batches (each
     process its rows of every global batch). DataParallel needs every batch split evenly over its devices, so
     the validation set ends at a multiple of the device count (fewer than that many images are left out).
-    ``steps_per_epoch``: epochs longer than a pass (the step floor): the training data repeats."""
+    ``steps_per_epoch``: epochs longer than a pass (the step floor): the training data repeats. ``teacher``: its
+    labels are mixed into the training targets (``vit_keras.distill``)."""
     options = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
                    seed=config.seed, batch_size=config.batch_size)
-    augment = dict(augment=config.augmentation(len(train_data.images)), crop_scale=config.crop_scale, mixup=config.mixup, cutmix=config.cutmix,
-                   flip=choose_flips(config, train_data))
+    augment = dict(augment=config.augmentation(len(train_data.images)), crop_scale=config.crop_scale,
+                   mixup=config.mixup, cutmix=config.cutmix, flip=choose_flips(config, train_data), teacher=teacher)
     if keras.backend.backend() == "tensorflow":
         from .pipeline import make_dataset
 

@@ -11,7 +11,7 @@ import os
 
 from .array_pipeline import check_crop_scale
 from .backends import check_strategy
-from .constants import AUGMENTATIONS, PRECISIONS
+from .constants import AUGMENTATIONS, DISTILLATIONS, PRECISIONS
 from .layers import check_choice, pair
 from .models import MODELS
 
@@ -22,25 +22,26 @@ BASE_BATCH_SIZE = 512
 # at width 96 and 4 blocks, for longer, with flips and a little drop-path. The values won trials on
 # Fashion-MNIST: docs/benchmarks.md, "Why the recipes' values".
 # Small data: the schedule has a floor of `min_steps` optimizer steps (12 epochs over 1,000 images would be 84),
-# and the many passes over each image that it makes use random-resized crops, not flips alone
-# (docs/benchmarks.md, "Small data against a CNN").
+# the many passes over each image that it makes use random-resized crops, not flips alone, and the ViT learns
+# from a small CNN's labels too, the CNN trained first for `teacher_steps` (vit_keras.distill; docs/benchmarks.md,
+# "Small data against a CNN").
 QUICK = dict(hidden_size=64, num_heads=2, mlp_dim=128, num_layers=3, pooling="gap", class_token=False,
              gelu_approximate=True, stem="conv")
 RECIPES = {
     "quick": dict(model=QUICK, epochs=12, min_steps=3000, batch_size=128, base_lr=1.6e-2, weight_decay=0.05,
                   warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip", small_data_augment="crop",
-                  crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0),
+                  crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, teacher_steps=800),
     "long": dict(model=dict(QUICK, hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4), epochs=30,
                  min_steps=8000, batch_size=128, base_lr=1.6e-2, weight_decay=0.05, warmup_epochs=1,
                  label_smoothing=0.1, drop_path=0.05, augment="flip", small_data_augment="crop",
-                 crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0),
+                 crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, teacher_steps=2000),
 }
 # The settings a recipe gives a value to when they are left unset (None).
 RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "weight_decay", "label_smoothing", "drop_path", "augment",
-                   "crop_scale", "mixup", "cutmix", "warmup_epochs")
+                   "crop_scale", "mixup", "cutmix", "warmup_epochs", "teacher_steps")
 # The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
-                              "learning_rate")
+                              "learning_rate", "distill")
 # (name, test, what the test asks) for the real-valued hyper-parameters.
 BOUNDS = (("warmup_epochs", lambda v: v >= 0, ">= 0"), ("weight_decay", lambda v: v >= 0, ">= 0"),
           ("label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"), ("drop_path", lambda v: 0 <= v < 1, "in [0, 1)"),
@@ -94,6 +95,9 @@ class TrainConfig:
       batch 512, ``scaled_learning_rate``).
     drop_path: unset with a saved model as ``weights``: the saved model's own.
     crop_scale: (min, max) area fraction of the random-resized crops (``augment="crop"`` or "randaugment").
+    distill: "cnn": the ViT learns from a small CNN's labels too (DeiT's hard distillation, ``vit_keras.distill``),
+      the CNN trained first for ``teacher_steps`` steps; "none": from the data's alone; "auto": "cnn" where the
+      recipe's own ViT trains from scratch on data the step floor repeats (small data), else "none".
     weights: a .keras model to fine-tune, or a checkpoint for ``model_name``.
     limit, data_dir, val_fraction, seed: the data (the first ``limit`` examples of each split; tfds' folder; a
       folder dataset's held-out fraction; the shuffle, augmentation and initialization seed).
@@ -126,6 +130,8 @@ class TrainConfig:
     mixup: float | None = None
     cutmix: float | None = None
     warmup_epochs: float | None = None
+    distill: str = "auto"
+    teacher_steps: int | None = None
     precision: str = "float32"
     strategy: str = "auto"
     weights: str | None = None
@@ -185,7 +191,7 @@ class TrainConfig:
         check_weights(self.weights, self.model_name, self.model_overrides)
 
     def check_hyper_parameters(self):
-        for name in ("epochs", "batch_size", "steps_per_execution", "micro_batches"):
+        for name in ("epochs", "batch_size", "steps_per_execution", "micro_batches", "teacher_steps"):
             if not is_count(getattr(self, name)):
                 raise ValueError(f"`{name}` must be a positive int; got {getattr(self, name)!r}.")
         if not (self.min_steps == 0 or is_count(self.min_steps)):
@@ -197,6 +203,7 @@ class TrainConfig:
             if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and test(value)):
                 raise ValueError(f"`{name}` must be {bounds}; got {value!r}.")
         check_choice(self.augment, "augment", AUGMENTATIONS)
+        check_choice(self.distill, "distill", DISTILLATIONS)
 
     def check_run_options(self):
         if self.limit is not None and not is_count(self.limit):
@@ -225,11 +232,19 @@ class TrainConfig:
             return RECIPES[self.recipe]["small_data_augment"]
         return self.augment
 
+    def distills(self, train_examples):
+        """Whether the ViT learns from a CNN teacher's labels too: as asked, or under "auto" where the recipe's
+        own ViT trains from scratch (no named model, no saved one) on data the step floor repeats."""
+        if self.distill != "auto":
+            return self.distill == "cnn"
+        return self.model_name is None and not self.weights and self.repeats_data(train_examples)
+
     def record(self, vit, class_names, steps_per_epoch, micro_batches, replicas, train_examples, val_examples,
                skipped_images):
         """The run's config.json: the recorded settings, the model's config (``vit``, whose drop_path is the
         one trained with), and the facts of the data and of the devices (``micro_batches`` as used)."""
-        settings = dict({name: getattr(self, name) for name in RECORDED}, augment=self.augmentation(train_examples))
+        settings = dict({name: getattr(self, name) for name in RECORDED}, augment=self.augmentation(train_examples),
+                        distill="cnn" if self.distills(train_examples) else "none")
         return dict(settings, model=self.model_name or "vit_quick", drop_path=vit["drop_path"], vit=vit,
                     class_names=list(class_names), steps_per_epoch=steps_per_epoch, micro_batches=micro_batches,
                     replicas=replicas, train_examples=train_examples, val_examples=val_examples,

@@ -8,8 +8,8 @@ import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
-from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, POOLINGS, PRECISIONS, QUANTIZATIONS, RECIPES,
-                                 STRATEGIES)
+from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, DISTILLATIONS, POOLINGS, PRECISIONS,
+                                 QUANTIZATIONS, RECIPES, STRATEGIES)
 
 OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")  # positive ints
 
@@ -49,6 +49,11 @@ def add_arguments(parser):
                         help="smallest area fraction kept by --augment crop / randaugment (0 < MIN <= 1)")
     parser.add_argument("--mixup", type=float, default=None, help="MixUp alpha (0: off)")
     parser.add_argument("--cutmix", type=float, default=None, help="CutMix factor (0: off)")
+    parser.add_argument("--distill", choices=DISTILLATIONS, default="auto",
+                        help="learn from a small CNN's labels too, the CNN trained first (DeiT's hard distillation); "
+                             "auto (default): where the recipe's ViT trains on small data")
+    parser.add_argument("--teacher-steps", type=int, default=None, metavar="N",
+                        help="the CNN teacher's training steps (default: the recipe's)")
     parser.add_argument("--precision", choices=PRECISIONS, default="float32")
     parser.add_argument("--strategy", choices=STRATEGIES, default="auto",
                         help="devices: " + "; ".join(f"KERAS_BACKEND={backend}: {', '.join(names)}"
@@ -85,7 +90,7 @@ def check_args(args):
 
     check_strategy(args.strategy, check_backend(), name="--strategy")
     for name in ("epochs", "batch_size", "image_size", "limit", "backup_every", "steps_per_execution",
-                 "micro_batches", *OVERRIDES):
+                 "micro_batches", "teacher_steps", *OVERRIDES):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer; got {value}.")
@@ -146,7 +151,8 @@ def run(args):
             epochs=args.epochs, min_steps=args.min_steps, batch_size=args.batch_size, learning_rate=args.lr, weight_decay=args.weight_decay,
             label_smoothing=args.label_smoothing, drop_path=args.drop_path, augment=args.augment,
             crop_scale=None if args.crop_scale is None else (args.crop_scale, 1.0), mixup=args.mixup,
-            cutmix=args.cutmix, warmup_epochs=args.warmup_epochs, precision=args.precision, strategy=args.strategy,
+            cutmix=args.cutmix, warmup_epochs=args.warmup_epochs, distill=args.distill,
+            teacher_steps=args.teacher_steps, precision=args.precision, strategy=args.strategy,
             weights=args.weights, seed=args.seed, limit=args.limit, data_dir=args.data_dir,
             val_fraction=args.val_fraction, backup_every=args.backup_every or "epoch", jit_compile=not args.no_jit,
             verbose=2 if args.quiet else "auto",
