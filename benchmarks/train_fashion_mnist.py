@@ -113,17 +113,21 @@ def quick_step_rate(args):
     train.compile_model(model, train.WarmupCosine(4e-3, 10_000, 10), jit_compile=False, steps_per_execution=8)
     enable_micro_batches(model, micro)
     rng = np.random.default_rng(0)
-    x = rng.integers(0, 256, (batch * 8, 28, 28, 1)).astype("float32")
+    x = rng.integers(0, 256, (batch * 8, *model.input_shape[1:])).astype("float32")
     y = keras.utils.to_categorical(rng.integers(0, 10, batch * 8), 10)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat().prefetch(4)
     steps = args.steps * 8
     seconds = timed(lambda: model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0), warmup=1, repeats=3)
     img_per_s = steps * batch / seconds
 
-    cfg = recipe["model"]
+    cfg = model.get_config()
     d, m, layers = cfg["hidden_size"], cfg["mlp_dim"], cfg["num_layers"]
-    t = (28 // 4) ** 2  # GAP pooling: no class token, every block attends over all 49 tokens
-    stem = 2 * (14 * 14 * 9 * 1 * 16 + t * 9 * 16 * 32 + t * 32 * d)  # two 3x3 stride-2 convs, 1x1 projection
+    side, t = cfg["image_size"][0], (cfg["image_size"][0] // cfg["patch_size"]) ** 2  # GAP: no class token
+    stem, width = 0, 1
+    for i, (conv, _) in enumerate(model.stem.blocks):  # 3x3 stride-2 convs, then the 1x1 patch projection
+        width = conv.kernel.shape[-1]
+        stem += 2 * (side // 2 ** (i + 1)) ** 2 * 9 * conv.kernel.shape[-2] * width
+    stem += 2 * t * width * d
     block = 2 * t * d * 3 * d + 2 * 2 * t * t * d + 2 * t * d * d + 2 * 2 * t * d * m
     train_flops = 3 * (stem + layers * block)  # backward ~ twice forward
     qkv = tf.random.normal((batch * t, d)), tf.random.normal((d, 3 * d))

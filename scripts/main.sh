@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-# Quick recipe: a small hybrid ViT for 28x28 (conv stem to a 7x7 token grid, 3 blocks). Rerunning resumes an interrupted run,
+# Quick recipe: a small hybrid ViT for 28x28 (resized to 32, conv stem to a 4x4 token grid, 4 blocks). Rerunning resumes an interrupted run,
 # and a finished run is not retrained.
 .venv/bin/vit-keras train --data fashion_mnist --out runs/fashion_mnist
 .venv/bin/vit-keras evaluate runs/fashion_mnist/model.keras --data fashion_mnist \

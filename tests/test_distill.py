@@ -88,7 +88,8 @@ def test_a_distilling_run_trains_its_teacher_first_and_keeps_it_for_a_resume(tmp
               tensorboard=False, model_overrides=TINY)
     config = train.train("fashion_mnist", str(tmp_path), **kw)  # 4 batches a pass: the floor repeats the data
     out = capsys.readouterr().out
-    assert re.search(r"teacher: small CNN \([\d,]+ parameters\), 6 steps, [\d.]+% on the validation images", out)
+    assert re.search(r"teacher: small CNN \([\d,]+ parameters\), 6 steps in \d+ s, [\d.]+% on the validation "
+                     r"images", out)
     written = json.loads((tmp_path / "config.json").read_text())
     assert (written["distill"], written["teacher_steps"], written["augment"]) == ("cnn", 6, "crop")
     assert config["completed"] and set(keras.saving.load_model(tmp_path / "model.keras").input_shape) == \

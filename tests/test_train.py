@@ -416,7 +416,7 @@ def test_sigkill_mid_epoch_then_rerun_resumes_to_the_full_epoch_count(tmp_path, 
     assert config["completed"] and config["epochs"] == 3
     assert (out / "labels.txt").read_text().splitlines()[0] == "T-shirt/top"
     model = keras.saving.load_model(out / "model.keras", compile=False)
-    assert model.input_shape == (None, 28, 28, 1) and model.get_config()["include_preprocessing"]
+    assert model.input_shape == (None, 32, 32, 1) and model.get_config()["include_preprocessing"]
     # evaluate: a per-class table and a confusion-matrix PNG
     confusion = tmp_path / "c.png"
     assert cli.main(["evaluate", str(out / "model.keras"), "--limit", "300", "--confusion", str(confusion)]) == 0
@@ -462,8 +462,12 @@ def test_strategy_choice_and_the_quick_recipes_sizes():
         train.get_strategy("multi_worker")
     with pytest.raises(ValueError, match="valid values are 'auto', 'default'"):
         train.get_strategy("horovod")
-    sizes = {side: train.quick_image_size((side, side)) for side in (8, 28, 32, 40, 96)}
+    sizes = {side: train.recipe_image_size((side, side)) for side in (8, 28, 32, 40, 96)}  # a 4x4 grid
+    assert sizes == {8: ((32, 32), 8), 28: ((32, 32), 8), 32: ((32, 32), 8), 40: ((64, 64), 16), 96: ((64, 64), 16)}
+    sizes = {side: train.recipe_image_size((side, side), "long") for side in (8, 28, 32, 40, 96)}  # 7x7 or 8x8
     assert sizes == {8: ((28, 28), 4), 28: ((28, 28), 4), 32: ((32, 32), 4), 40: ((64, 64), 8), 96: ((64, 64), 8)}
+    odd = {side: train.build_model(10, 1, (28, 28), image_size=side).get_config()["patch_size"] for side in (21, 30)}
+    assert odd == {21: 3, 30: 6}  # the largest whole patch near the recipe's grid: 7x7 and 5x5
 
 
 @pytest.mark.parametrize("pooling, class_token", [("token", True), ("sequence", False), ("gap", False)])

@@ -85,7 +85,7 @@ def test_a_torch_run_writes_the_same_run_folder(tmp_path):
     assert {"model.keras", "checkpoint.keras", "config.json", "history.csv", "labels.txt"} <= set(os.listdir(out))
     config = json.loads((out / "config.json").read_text())
     assert config["completed"] and config["steps_per_epoch"] == 3 and np.isfinite(config["final_val_loss"])
-    assert vit_keras.load_model(str(out / "model.keras")).input_shape == (None, 28, 28, 1)
+    assert vit_keras.load_model(str(out / "model.keras")).input_shape == (None, 32, 32, 1)
 
 
 @needs_jax

@@ -32,7 +32,7 @@ from . import strategies
 from .constants import PRECISIONS
 from .layers import check_choice, pair, register
 from .runs import NonFiniteLoss  # noqa: F401  (re-exported: callers catch it from here)
-from .train_config import RECIPES, TrainConfig, check_weights, is_saved_model
+from .train_config import RECIPE_SIDES, RECIPES, TrainConfig, check_weights, is_saved_model
 from .strategies import get_strategy, worker_role  # noqa: F401  (re-exported: train's choice of devices)
 from .train_config import scaled_learning_rate  # noqa: F401  (re-exported: the recipe's rule, documented here)
 from .validation import check_keywords
@@ -94,17 +94,21 @@ def compile_model(model, schedule, precision="float32", weight_decay=0.05, label
     return model
 
 
-def quick_patch(side):
-    """A power-of-two patch (the conv stem halves the image per conv) giving a 7x7 or 8x8 grid, or close."""
-    return 1 << max(round(math.log2(max(side, 2) / 7.5)), 1)
+def recipe_patch(side, grid):
+    """A power-of-two patch (the conv stem halves the image per conv) giving a token grid of ``grid``'s sides
+    (the recipe's (fewest, most) tokens a side), or close."""
+    return 1 << max(round(math.log2(max(side, 2) / (sum(grid) / 2))), 1)
 
 
-def quick_image_size(data_size):
-    """The quick recipe's input size and patch: 28 -> (28, 4), 32 -> (32, 4), smaller up to 28, bigger to 64."""
-    side = max(data_size)
-    side = 28 if side <= 28 else 32 if side <= 32 else 64
-    patch = quick_patch(side)
-    return (side, side), patch
+def recipe_image_size(data_size, recipe="quick"):
+    """The recipe's input size and patch for images of ``data_size``: the first of ``RECIPE_SIDES`` that holds
+    them in whole patches (the largest for bigger images). Quick: 28 or 32 -> (32, 8), a 4x4 grid; long: 28 ->
+    (28, 4), 32 -> (32, 4), 7x7 and 8x8 grids; bigger images -> 64."""
+    side, grid = max(data_size), RECIPES[recipe]["grid"]
+    for candidate in RECIPE_SIDES:
+        patch = recipe_patch(candidate, grid)
+        if (candidate >= side and candidate % patch == 0) or candidate == RECIPE_SIDES[-1]:
+            return (candidate, candidate), patch
 
 
 def build_model(num_classes, channels, data_size, model_name=None, image_size=None, recipe="quick",
@@ -121,12 +125,12 @@ def build_model(num_classes, channels, data_size, model_name=None, image_size=No
     if is_saved_model(weights):
         return finetune_from(weights, num_classes, image_size, drop_path)
     if model_name is None:
-        size, patch = quick_image_size(data_size)
+        size, patch = recipe_image_size(data_size, recipe)
         if image_size is not None:
-            size = pair(image_size, "image_size")
-            patch = quick_patch(max(size))
-            if any(side % patch for side in size):  # e.g. 21 or 30: a 7x7 / 8x8 grid of odd-sized patches
-                patch = max(max(size) // 7 if max(size) % 7 == 0 else max(size) // 8, 1)
+            size, grid = pair(image_size, "image_size"), RECIPES[recipe]["grid"]
+            patch = recipe_patch(max(size), grid)
+            if any(side % patch for side in size):  # e.g. 21 or 30: the largest whole patch, a grid a bit finer
+                patch = next(p for p in range(max(max(size) // grid[0], 1), 0, -1) if not any(s % p for s in size))
         config = {**RECIPES[recipe]["model"], "patch_size": patch, **overrides}
         if config.get("stem") == "conv" and patch & (patch - 1):
             config["stem"] = None  # the conv stem halves per conv: plain patch embedding for other patches
@@ -134,15 +138,15 @@ def build_model(num_classes, channels, data_size, model_name=None, image_size=No
     return create_model(model_name, image_size=image_size or data_size, weights=weights, **common, **overrides)
 
 
-def decode_size(data, model_name=None, image_size=None, weights=None):
+def decode_size(data, model_name=None, image_size=None, weights=None, recipe="quick"):
     """The size to decode folder images at, where the model's input size is known before they load: the
-    asked ``image_size``, or the quick recipe's size for the folder. None: the data's own size."""
+    asked ``image_size``, or the recipe's size for the folder. None: the data's own size."""
     if image_size is not None:
         return pair(image_size, "image_size")
     if model_name is None and not is_saved_model(weights) and str(data).startswith("folder:"):
         from .data import folder_image_size
 
-        return quick_image_size(folder_image_size(data[len("folder:"):]) or (28, 28))[0]
+        return recipe_image_size(folder_image_size(data[len("folder:"):]) or (28, 28), recipe)[0]
     return None
 
 
@@ -209,7 +213,8 @@ def load_splits(config):
     from .data import load_dataset
 
     sources = dict(limit=config.limit, seed=config.seed, data_dir=config.data_dir, val_fraction=config.val_fraction,
-                   image_size=decode_size(config.data, config.model_name, config.image_size, config.weights))
+                   image_size=decode_size(config.data, config.model_name, config.image_size, config.weights,
+                                          config.recipe))
     train_data, val_data = load_dataset(config.data, "train", **sources), load_dataset(config.data, "val", **sources)
     for split, data in (("training", train_data), ("validation", val_data)):
         print(f"{split}: {len(data.labels):,} images of {config.data}" + (f", {data.source}" if data.source else ""))
