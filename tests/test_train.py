@@ -468,6 +468,8 @@ def test_strategy_choice_and_the_quick_recipes_sizes():
     assert sizes == {8: ((28, 28), 4), 28: ((28, 28), 4), 32: ((32, 32), 4), 40: ((64, 64), 8), 96: ((64, 64), 8)}
     odd = {side: train.build_model(10, 1, (28, 28), image_size=side).get_config()["patch_size"] for side in (21, 30)}
     assert odd == {21: 3, 30: 6}  # the largest whole patch near the recipe's grid: 7x7 and 5x5
+    asked = train.build_model(10, 1, (28, 28), image_size=28, overrides=dict(patch_size=4)).get_config()
+    assert (asked["patch_size"], asked["stem"]) == (4, "conv")  # the stem follows the patch asked for
 
 
 @pytest.mark.parametrize("pooling, class_token", [("token", True), ("sequence", False), ("gap", False)])

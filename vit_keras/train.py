@@ -132,7 +132,7 @@ def build_model(num_classes, channels, data_size, model_name=None, image_size=No
             if any(side % patch for side in size):  # e.g. 21 or 30: the largest whole patch, a grid a bit finer
                 patch = next(p for p in range(max(max(size) // grid[0], 1), 0, -1) if not any(s % p for s in size))
         config = {**RECIPES[recipe]["model"], "patch_size": patch, **overrides}
-        if config.get("stem") == "conv" and patch & (patch - 1):
+        if config.get("stem") == "conv" and config["patch_size"] & (config["patch_size"] - 1):
             config["stem"] = None  # the conv stem halves per conv: plain patch embedding for other patches
         return VisionTransformer(image_size=size, name="vit_quick", **config, **common)
     return create_model(model_name, image_size=image_size or data_size, weights=weights, **common, **overrides)
