@@ -92,8 +92,8 @@ def test_a_distilling_run_trains_its_teacher_first_and_keeps_it_for_a_resume(tmp
                      r"images", out)
     written = json.loads((tmp_path / "config.json").read_text())
     assert (written["distill"], written["teacher_steps"], written["augment"]) == ("cnn", 6, "crop")
-    assert config["completed"] and set(keras.saving.load_model(tmp_path / "model.keras").input_shape) == \
-        {None, 28, 1}  # the ViT is the run's model; the teacher is beside it
+    assert config["completed"] and keras.saving.load_model(tmp_path / "model.keras").input_shape == \
+        (None, 32, 32, 1)  # the ViT is the run's model; the teacher is beside it
     saved = keras.saving.load_model(tmp_path / runs.TEACHER_FILE, safe_mode=True)
     assert saved.name == "small_cnn"
 

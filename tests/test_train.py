@@ -524,14 +524,14 @@ plain = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, stem=None)
 sgd = {}
 for strategy in ("default", "mirrored"):
     with train.get_strategy(strategy).scope():
-        model = train.build_model(10, 1, (28, 28), overrides=plain)
+        model = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain)
         model.compile(optimizer=keras.optimizers.SGD(0.05),
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=False)
     model.fit(make_dataset(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
     sgd[strategy] = model.get_weights()
 sgd_gap = max(float(np.abs(a - b).max()) for a, b in zip(sgd["default"], sgd["mirrored"]))
 sgd_step = max(float(np.abs(a - b).max()) for a, b in
-               zip(sgd["default"], train.build_model(10, 1, (28, 28), overrides=plain).get_weights()))
+               zip(sgd["default"], train.build_model(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()))
 print(json.dumps(dict(sgd_gap=sgd_gap, sgd_step=sgd_step)))
 """
 
@@ -557,13 +557,13 @@ strategy = train.get_strategy(sys.argv[2])
 data = load_dataset("fashion_mnist", "train", limit=256)
 plain = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, stem=None)  # no BatchNorm
 with strategy.scope():
-    model = train.build_model(10, 1, (28, 28), overrides=plain)
+    model = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain)
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.CategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
     if sys.argv[2] == "multi_worker":
         train._prebuild(model, 64, 10)
 model.fit(make_dataset(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
-start = train.build_model(10, 1, (28, 28), overrides=plain).get_weights()
+start = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()
 np.savez(sys.argv[1], *model.get_weights(), step=max(float(np.abs(a - b).max()) for a, b in zip(model.get_weights(), start)))
 """
 
@@ -656,4 +656,4 @@ def test_cli_one_class_folder_and_bad_image_size(capsys, tmp_path):
         Image.new("L", (28, 28), 0).save(tmp_path / "only" / f"{i}.png")
     assert cli.main(["train", "--out", str(tmp_path / "o"), "--data", f"folder:{tmp_path}", "--image-size", "30",
                      "--patch-size", "4", "--val-fraction", "0.3"]) == 2
-    assert "not divisible by `patch_size`" in capsys.readouterr().err
+    assert "`image_size`=(30, 30) is not divisible by the 'conv' stem's stride 4" in capsys.readouterr().err

@@ -65,7 +65,7 @@ def test_a_jax_run_writes_the_run_folder_and_its_model_exports_to_tflite(tmp_pat
                      "100", "--out", str(tmp_path / "int8.tflite")]) == 0  # here, under TensorFlow
     for mode in ("float32", "float16", "dynamic"):
         export_tflite(str(out / "model.keras"), str(tmp_path / f"{mode}.tflite"), quantize=mode)
-    images = fashion_test[0][:16]
+    images = pipeline.fit_images(fashion_test[0][:16], model.input_shape[1:3], 1)  # 28x28 -> the model's 32x32
     expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(images.astype("float32"))))
     for mode in ("float32", "float16", "dynamic", "int8"):
         scores = tflite_predict(str(tmp_path / f"{mode}.tflite"), images)
@@ -130,12 +130,12 @@ for name in ("default", "data_parallel"):
     dist = train.get_strategy(name)
     replicas[name] = strategies.replica_count(dist)
     with strategies.scope(dist):
-        model = train.build_model(10, 1, (28, 28), overrides=plain)
+        model = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain)
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.CategoricalCrossentropy(from_logits=True))
     with strategies.fit_scope(dist):
         model.fit(make_batches(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
     sgd[name] = model.get_weights()
-start = train.build_model(10, 1, (28, 28), overrides=plain).get_weights()
+start = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()
 gap = max(float(np.abs(a - b).max()) for a, b in zip(sgd["default"], sgd["data_parallel"]))
 step = max(float(np.abs(a - b).max()) for a, b in zip(sgd["default"], start))
 # The trainer over both devices: the recipe's model (conv stem, BatchNorm) and AdamW; 203 validation images end
@@ -193,7 +193,7 @@ precisions = {}
 for precision in ("mixed_bfloat16", "mixed_float16"):
     train.set_precision(precision)
     keras.utils.set_random_seed(0)
-    mixed = train.build_model(10, 1, (28, 28), overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+    mixed = train.build_model(10, 1, (28, 28), image_size=28, overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
     train.compile_model(mixed, 1e-3, precision)
     block = mixed.get_layer("encoderblock_0")
     wide = keras.ops.cast(np.tile([300.0, -300.0], (1, 4, 16)), block.compute_dtype)

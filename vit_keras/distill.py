@@ -63,9 +63,9 @@ def train_teacher(batches, input_shape, num_classes, steps, seed=0, val_batches=
     return teacher
 
 
-def run_teacher(out_dir, train):
+def run_teacher(out_dir, train, save=True):
     """The run folder's teacher: ``teacher.keras`` when a run cut short left one, else ``train()``'s, saved
-    atomically before the student starts."""
+    atomically (``save``: by the chief of several workers) before the student starts."""
     from .runs import TEACHER_FILE, save_model
 
     path = os.path.join(out_dir, TEACHER_FILE)
@@ -73,7 +73,8 @@ def run_teacher(out_dir, train):
         print(f"teacher: {path} (the run's own, from before it was cut short)")
         return keras.saving.load_model(path, safe_mode=True)
     teacher = train()
-    save_model(teacher, path)
+    if save:
+        save_model(teacher, path)
     return teacher
 
 

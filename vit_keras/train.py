@@ -196,7 +196,7 @@ def train_with_config(config, out_dir):
     if finished:
         return finished
     try:
-        teacher = make_teacher(config, model.get_config(), out_dir, train_data, val_data)
+        teacher = make_teacher(config, model.get_config(), out_dir, train_data, val_data, chief)
         seconds = fit(model, config, out_dir, train_data, val_data, steps_per_epoch, worker=None if chief else task,
                       dist=dist, teacher=teacher)
     except FileNotFoundError:
@@ -269,9 +269,10 @@ def build_for_fit(config, train_data, dist):
     return model, steps_per_epoch, micro
 
 
-def make_teacher(config, vit, out_dir, train_data, val_data):
+def make_teacher(config, vit, out_dir, train_data, val_data, chief=True):
     """The CNN teacher of a distilling run (``TrainConfig.distills``), trained on the un-augmented training images
-    at the ViT's input (or the run folder's, when resuming); None when the run does not distill."""
+    at the ViT's input (or the run folder's, when resuming; the chief saves it); None when the run does not
+    distill. Every worker trains the same teacher: the same data, seed and steps."""
     if not config.distills(len(train_data.images)):
         return None
     from . import distill
@@ -284,7 +285,7 @@ def make_teacher(config, vit, out_dir, train_data, val_data):
         return distill.train_teacher(batches, (*vit["image_size"], vit["channels"]), train_data.num_classes,
                                      config.teacher_steps, config.seed, val_batches)
 
-    return distill.run_teacher(out_dir, train_teacher)
+    return distill.run_teacher(out_dir, train_teacher, save=chief)
 
 
 def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=None, teacher=None):
