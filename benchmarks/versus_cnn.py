@@ -44,14 +44,13 @@ def train_cnn(train, test, seconds, seed=0):
             if time.perf_counter() - self.start >= seconds:
                 self.model.stop_training = True
 
-    from vit_keras.distill import TEACHER_LEARNING_RATE, small_cnn
+    from vit_keras.distill import compile_teacher, small_cnn
 
     keras.utils.set_random_seed(seed)
-    model = small_cnn(train.images.shape[1:], train.num_classes)
-    model.compile(keras.optimizers.Adam(TEACHER_LEARNING_RATE),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model = compile_teacher(small_cnn(train.images.shape[1:], train.num_classes))  # trained as the teacher is
+    one_hot = np.eye(train.num_classes, dtype="float32")[train.labels]
     start = time.perf_counter()
-    history = model.fit(train.images.astype("float32"), train.labels, batch_size=128, epochs=10_000,
+    history = model.fit(train.images.astype("float32"), one_hot, batch_size=128, epochs=10_000,
                         callbacks=[TimeBudget()], verbose=0)
     elapsed = time.perf_counter() - start
     accuracy = float(np.mean(model.predict(test.images.astype("float32"), verbose=0).argmax(-1) == test.labels))

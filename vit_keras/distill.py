@@ -22,7 +22,7 @@ TEACHER_LEARNING_RATE = 1e-3
 
 
 def small_cnn(input_shape, num_classes, name="small_cnn"):
-    """The classic Keras MNIST convnet (35k parameters at 28x28x1), on raw 0-255 pixels:
+    """The classic Keras MNIST convnet, on raw 0-255 pixels:
 
     Conv 3x3 x32, ReLU, MaxPool 2 -> Conv 3x3 x64, ReLU, MaxPool 2 -> Dropout 0.5 -> Flatten -> Dense(classes).
     """

@@ -19,7 +19,7 @@ BASE_BATCH_SIZE = 512
 
 # Both recipes train one design: a hybrid ViT whose conv stem (3x3 stride-2 convs, Xiao et al. 2021) feeds a
 # grid of tokens to 4 blocks of width 96, GAP pooling (no class token), tanh GELU. Quick: a 4x4 grid (28x28 images
-# at 32, patch 8), 20 epochs; its step runs ~1.5x the 7x7 grid's and reaches a higher accuracy in the same time.
+# at 32, patch 8), 20 epochs: 16 tokens make its step cheap enough for that in the 7x7 grid's old time.
 # Long: the 7x7 or 8x8 grid, 30 epochs, a little drop-path, milder crops. The values won trials on Fashion-MNIST:
 # docs/benchmarks.md, "Why the recipes' values" and "The token count".
 # Small data: the schedule has a floor of `min_steps` optimizer steps (20 epochs over 1,000 images would be 140),
