@@ -229,6 +229,44 @@ def test_mixup_and_cutmix_both_used():
     assert kinds == {True, False}  # some batches cut and pasted, some blended
 
 
+def erased_rectangles(x, background):
+    """Per image: whether any pixel differs from the constant ``background``, and whether those pixels fill
+    their bounding box (one rectangle)."""
+    changed = np.abs(x[..., 0] - background) > 1e-3
+    boxes = []
+    for mask in changed:
+        rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
+        box = mask[rows.min():rows.max() + 1, cols.min():cols.max() + 1] if rows.size else None
+        boxes.append(box)
+    return changed.any((1, 2)), boxes
+
+
+@pytest.mark.parametrize("pipeline", ["tf.data", "numpy"])
+def test_random_erasing_replaces_one_rectangle_of_some_images_in_training_only(pipeline):
+    """Random erasing (Zhong et al.): each training image, with the probability asked, gets one rectangle of
+    noise covering 2-40% of it; evaluation batches are untouched. Both pipelines draw the same distribution."""
+    from vit_keras.array_pipeline import make_batches
+
+    images, labels = np.full((512, 28, 28, 1), 100, np.uint8), np.arange(512) % 10
+    kw = dict(num_classes=10, image_size=32, batch_size=512, augment="none", erase=0.5, seed=1)
+
+    def first(training):
+        if pipeline == "tf.data":
+            return batches(make_dataset(images, labels, training=training, **kw), 1)[0][0]
+        return make_batches(images, labels, training=training, **kw)[0][0]
+
+    erased, boxes = erased_rectangles(first(True), 100.0)
+    assert 0.4 < erased.mean() < 0.6
+    areas = [box.size / 32**2 for box in boxes if box is not None]
+    assert 0.15 < np.mean(areas) < 0.3 and max(areas) <= 0.45
+    # Noise that equals the background by chance leaves a few holes; the box is still one rectangle.
+    assert all(box.mean() > 0.98 for box in boxes if box is not None)
+    np.testing.assert_allclose(first(False), 100.0, atol=1e-3)  # resized, not erased
+    with pytest.raises(ValueError, match=r"`erase` is the probability .* in \[0, 1\]; got 1.5"):
+        make_dataset(images, labels, 10, erase=1.5) if pipeline == "tf.data" else make_batches(images, labels, 10,
+                                                                                              erase=1.5)
+
+
 def test_eval_pipeline_keeps_order_and_pixels(fashion):
     images, labels = fashion
     dataset = make_dataset(images, labels, 10, batch_size=100, one_hot=False)

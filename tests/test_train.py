@@ -258,6 +258,7 @@ def test_unknown_keywords_to_train_name_the_nearest_valid_one(tmp_path):
     (dict(drop_path="0.1"), "`drop_path` must be in [0, 1); got '0.1'."),
     (dict(mixup=-1.0), "`mixup` must be >= 0; got -1.0."),
     (dict(cutmix=float("nan")), "`cutmix` must be >= 0; got nan."),
+    (dict(erase=1.5), "`erase` must be in [0, 1]; got 1.5."),
     (dict(warmup_epochs=-1), "`warmup_epochs` must be >= 0; got -1."),
     (dict(val_fraction=1.0), "`val_fraction` must be in (0, 1); got 1.0."),
     (dict(precision="float8"), "Unknown `precision`='float8'; valid values are 'float32', 'mixed_float16'"),
@@ -323,7 +324,7 @@ def test_the_step_floor_repeats_the_data_within_each_epoch(tmp_path, capsys):
 # The keys config.json has had since runs became resumable: resumption compares them, and evaluate and verify read
 # seed and val_fraction from them, so a renamed key would restart or misread the runs already on disk.
 RECORD_KEYS = {"augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "distill", "drop_path", "epochs",
-               "label_smoothing", "learning_rate", "limit", "micro_batches", "min_steps", "mixup", "model", "precision",
+               "erase", "label_smoothing", "learning_rate", "limit", "micro_batches", "min_steps", "mixup", "model", "precision",
                "recipe", "replicas", "seed", "skipped_images", "steps_per_epoch", "strategy", "teacher_steps",
                "train_examples", "val_examples", "val_fraction", "vit", "warmup_epochs", "weight_decay", "weights"}
 
@@ -637,6 +638,7 @@ def test_cli_bad_input_gives_clean_errors(argv, message, capsys, tmp_path):
     ("--lr", "0", "--lr must be > 0"), ("--warmup-epochs", "-1", "--warmup-epochs must be >= 0"),
     ("--label-smoothing", "1", "--label-smoothing must be >= 0 and < 1"), ("--drop-path", "-0.1", "--drop-path"),
     ("--teacher-steps", "0", "--teacher-steps must be a positive integer; got 0."),
+    ("--erase", "-0.1", "--erase must be in [0, 1]; got -0.1."),
 ])
 def test_cli_rejects_bad_hyper_parameters_before_loading(flag, value, message, capsys, tmp_path):
     assert cli.main(["train", "--out", str(tmp_path / "o"), flag, value]) == 2

@@ -1,7 +1,7 @@
 """The input pipeline without TensorFlow: arrays -> augmented batches on any Keras backend, deterministic given a seed.
 
     uint8 arrays -> shuffle (each epoch) -> batch -> [random-resized-crop | resize] -> channels (gray <-> RGB)
-        -> flip -> [RandAugment] -> float32 0..255 -> [MixUp | CutMix]
+        -> flip -> [RandAugment] -> float32 0..255 -> [random erasing] -> [MixUp | CutMix]
 
 The steps of the tf.data pipeline (``vit_keras.pipeline``, which TensorFlow runs keep), as a
 ``keras.utils.PyDataset``: crops, resizing and flips in NumPy, RandAugment, MixUp and CutMix by Keras's
@@ -25,6 +25,10 @@ import numpy as np
 from .constants import AUGMENTATIONS, LUMA_WEIGHTS
 from .distill import hard_targets
 
+# Random erasing (Zhong et al. 2020): the erased rectangle's area fraction and aspect ratio (height / width).
+ERASE_AREA = (0.02, 0.4)
+ERASE_ASPECT = (0.3, 1 / 0.3)
+
 # Worker threads making batches ahead of the model (NumPy's kernels release the GIL), and batches queued.
 WORKERS = max(1, min(os.cpu_count() or 1, 4))
 QUEUED_BATCHES = 4
@@ -38,8 +42,10 @@ def check_crop_scale(crop_scale):
     return scale
 
 
-def check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher=None):
+def check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher=None, erase=0.0):
     """(images as (N, H, W, C), int64 labels) after the checks both pipelines make, with clear errors."""
+    if not 0 <= erase <= 1:
+        raise ValueError(f"`erase` is the probability that an image has a rectangle erased, in [0, 1]; got {erase}.")
     if augment not in AUGMENTATIONS:
         raise ValueError(f"Unknown `augment`={augment!r}; valid values are {', '.join(map(repr, AUGMENTATIONS))}.")
     if (mixup or cutmix) and not one_hot:
@@ -63,7 +69,7 @@ def check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix
 
 def make_batches(images, labels, num_classes, image_size=None, channels=None, batch_size=128, training=False, seed=0,
                  augment="crop", crop_scale=(0.35, 1.0), flip=True, mixup=0.0, cutmix=0.0, one_hot=True,
-                 drop_remainder=None, shard=(0, 1), workers=WORKERS, batches_per_epoch=None, teacher=None):
+                 drop_remainder=None, shard=(0, 1), workers=WORKERS, batches_per_epoch=None, teacher=None, erase=0.0):
     """A ``keras.utils.PyDataset`` of (float32 images 0..255, labels) from uint8 arrays; the arguments are
     ``vit_keras.pipeline.make_dataset``'s. ``shard``: (this process's index, process count): each process
     gets its rows of every global batch (``batch_size`` is global, divisible by the count).
@@ -72,7 +78,8 @@ def make_batches(images, labels, num_classes, image_size=None, channels=None, ba
     from .layers import pair
 
     crop_scale = check_crop_scale(crop_scale)
-    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher)
+    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher,
+                                  erase)
     index, count = shard
     if int(batch_size) % count:
         raise ValueError(f"`batch_size`={batch_size} must be divisible by the {count} processes.")
@@ -81,7 +88,7 @@ def make_batches(images, labels, num_classes, image_size=None, channels=None, ba
                         training, seed, augment if training else "none", crop_scale, flip,
                         (mixup, cutmix) if training else (0, 0), one_hot,
                         training if drop_remainder is None else drop_remainder, (index, count), workers,
-                        batches_per_epoch, teacher if training else None)
+                        batches_per_epoch, teacher if training else None, float(erase) if training else 0.0)
 
 
 class ArrayBatches(keras.utils.PyDataset):
@@ -89,7 +96,7 @@ class ArrayBatches(keras.utils.PyDataset):
     shuffle and draws (Keras calls it after the epoch's worker threads have stopped)."""
 
     def __init__(self, images, labels, num_classes, size, channels, batch_size, training, seed, augment, crop_scale,
-                 flip, mix, one_hot, drop_remainder, shard, workers, batches_per_epoch=None, teacher=None):
+                 flip, mix, one_hot, drop_remainder, shard, workers, batches_per_epoch=None, teacher=None, erase=0.0):
         super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=QUEUED_BATCHES)
         self.images, self.labels, self.num_classes = images, labels, num_classes
         self.size, self.channels, self.batch_size = tuple(size), channels, batch_size
@@ -98,7 +105,7 @@ class ArrayBatches(keras.utils.PyDataset):
         self.rand_augment = SeededLayer("RandAugment", seed, per_image=True) if augment == "randaugment" else None
         self.mixers = [SeededLayer(name, seed, **{key: float(value)})
                        for name, key, value in (("MixUp", "alpha", mix[0]), ("CutMix", "factor", mix[1])) if value]
-        self.teacher = teacher
+        self.teacher, self.erase = teacher, erase
         self.epoch, self.orders, self.lock = 0, {}, threading.Lock()
         self.batches_per_epoch = max(batches_per_epoch or 0, self.batches_per_pass())
 
@@ -143,6 +150,8 @@ class ArrayBatches(keras.utils.PyDataset):
             x = random_flip(x, rng)
         if self.rand_augment is not None:  # the only step that can leave 0..255 (the others interpolate)
             x = np.clip(self.rand_augment(seeds(rng, len(x)), x), 0.0, 255.0)
+        if self.erase:
+            x = random_erase(x, self.erase, rng)
         if self.one_hot:
             y = np.eye(self.num_classes, dtype="float32")[y]
         if self.mixers:
@@ -245,6 +254,24 @@ def random_flip(x, rng):
     x = x.copy()
     x[coin] = x[coin, :, ::-1]
     return x
+
+
+def random_erase(x, probability, rng):
+    """Random erasing: with ``probability``, a rectangle of each image (area fraction in ``ERASE_AREA``, aspect
+    in ``ERASE_ASPECT``, clipped to the image) becomes uniform noise in 0..255. It hides part of the object but
+    cannot turn it into another class, so the label stays."""
+    n, height, width = x.shape[:3]
+    erased = rng.uniform(size=n) < probability
+    area = rng.uniform(*ERASE_AREA, n)
+    aspect = np.exp(rng.uniform(np.log(ERASE_ASPECT[0]), np.log(ERASE_ASPECT[1]), n))
+    h, w = np.minimum(np.sqrt(area * aspect), 1.0), np.minimum(np.sqrt(area / aspect), 1.0)
+    top, left = rng.uniform(size=n) * (1.0 - h), rng.uniform(size=n) * (1.0 - w)
+    noise = rng.uniform(0.0, 255.0, x.shape).astype(x.dtype)
+    rows = (np.arange(height) + 0.5) / height
+    cols = (np.arange(width) + 0.5) / width
+    inside = ((rows >= top[:, None]) & (rows < (top + h)[:, None]))[:, :, None] & \
+             ((cols >= left[:, None]) & (cols < (left + w)[:, None]))[:, None, :]
+    return np.where((erased[:, None, None] & inside)[..., None], noise, x)
 
 
 def resize_weights(source, target):

@@ -2,7 +2,7 @@
 
     uint8 arrays -> cache -> shuffle -> batch -> [random-resized-crop | resize]
         -> channels (gray <-> RGB) -> flip -> [RandAugment] -> float32 0..255
-        -> [MixUp | CutMix] -> [a teacher's labels mixed in] -> prefetch
+        -> [random erasing] -> [MixUp | CutMix] -> [a teacher's labels mixed in] -> prefetch
 
 Images are decoded once by ``vit_keras.data``; every step here works on whole
 batches (``tf.image.crop_and_resize`` with per-image random boxes, stateless
@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .array_pipeline import check_arrays, check_crop_scale
+from .array_pipeline import ERASE_AREA, ERASE_ASPECT, check_arrays, check_crop_scale
 from .distill import hard_targets
 from .layers import pair
 
@@ -48,12 +48,14 @@ def make_dataset(
     drop_remainder=None,
     repeat=False,
     teacher=None,
+    erase=0.0,
 ):
     """A batched ``tf.data.Dataset`` of (float32 images 0..255, labels) from uint8 arrays.
 
     training: shuffle and augment (seeded); otherwise only resize and channel conversion.
     augment: "none" | "flip" | "crop" (random-resized-crop + flip) | "randaugment" (crop + flip + RandAugment).
     crop_scale: (min, max) fraction of the image's area that a random-resized crop keeps.
+    erase: the probability that a training image has a random rectangle replaced by noise (random erasing).
     mixup / cutmix: alpha of keras.layers.MixUp / factor of keras.layers.CutMix (0 = off);
       when both are on, each batch gets one of them at random. They need one_hot=True.
     one_hot: labels as float one-hot vectors (needed by label smoothing and MixUp) or int64.
@@ -61,7 +63,8 @@ def make_dataset(
       ``vit_keras.distill.hard_targets`` of the labels and its predictions (DeiT's hard distillation).
     """
     crop_scale = check_crop_scale(crop_scale)
-    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher)
+    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher,
+                                  erase)
     size = pair(image_size, "image_size") if image_size is not None else images.shape[1:3]
     channels = int(channels or images.shape[-1])
     augment = augment if training else "none"
@@ -91,6 +94,8 @@ def make_dataset(
         if rand_augment is not None:  # per image: on a batch, Keras draws one set of ops for all of it
             x = tf.map_fn(lambda image: rand_augment(image, training=True), x, parallel_iterations=1)
         x = tf.clip_by_value(x, 0.0, 255.0)
+        if training and erase:
+            x = random_erase(x, float(erase), batch_seed + 3)
         if one_hot:
             y = tf.one_hot(y, num_classes, dtype=tf.float32)
         return (x, y, batch_seed) if mix else (x, y)
@@ -159,6 +164,23 @@ def random_resized_crop(x, size, scale, seed, ratio=(3 / 4, 4 / 3)):
     x1, x2 = corners(left, w, width, out_w)
     bordered = tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
     return tf.image.crop_and_resize(bordered, tf.stack([y1, x1, y2, x2], axis=1), tf.range(n), size)
+
+
+def random_erase(x, probability, seed):
+    """Random erasing, as ``vit_keras.array_pipeline.random_erase`` (the same distribution, TensorFlow's draws)."""
+    n, height, width = tf.shape(x)[0], x.shape[1], x.shape[2]
+    draws = tf.random.stateless_uniform((5, n), seed=seed)
+    erased = draws[0] < probability
+    area = ERASE_AREA[0] + draws[1] * (ERASE_AREA[1] - ERASE_AREA[0])
+    aspect = tf.exp(np.log(ERASE_ASPECT[0]) + draws[2] * (np.log(ERASE_ASPECT[1]) - np.log(ERASE_ASPECT[0])))
+    h, w = tf.minimum(tf.sqrt(area * aspect), 1.0), tf.minimum(tf.sqrt(area / aspect), 1.0)
+    top, left = draws[3] * (1.0 - h), draws[4] * (1.0 - w)
+    noise = tf.random.stateless_uniform(tf.shape(x), seed=seed + 1, maxval=255.0)
+    rows = (tf.range(height, dtype=tf.float32) + 0.5) / height
+    cols = (tf.range(width, dtype=tf.float32) + 0.5) / width
+    inside = ((rows >= top[:, None]) & (rows < (top + h)[:, None]))[:, :, None] & \
+             ((cols >= left[:, None]) & (cols < (left + w)[:, None]))[:, None, :]
+    return tf.where((erased[:, None, None] & inside)[..., None], noise, x)
 
 
 def random_flip(x, seed):

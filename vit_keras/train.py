@@ -280,7 +280,7 @@ def make_teacher(config, vit, out_dir, train_data, val_data, chief=True):
     def train_teacher():
         # Under a distribution strategy the teacher trains on this process's default device: its labels are made
         # by the input pipeline, outside the replicated step.
-        plain = dataclasses.replace(config, augment="none", mixup=0.0, cutmix=0.0)
+        plain = dataclasses.replace(config, augment="none", mixup=0.0, cutmix=0.0, erase=0.0)
         batches, val_batches = input_pipelines(vit, plain, train_data, val_data, steps_per_epoch=config.teacher_steps)
         return distill.train_teacher(batches, (*vit["image_size"], vit["channels"]), train_data.num_classes,
                                      config.teacher_steps, config.seed, val_batches)
@@ -321,7 +321,8 @@ def input_pipelines(vit, config, train_data, val_data, dist=None, steps_per_epoc
     options = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
                    seed=config.seed, batch_size=config.batch_size)
     augment = dict(augment=config.augmentation(len(train_data.images)), crop_scale=config.crop_scale,
-                   mixup=config.mixup, cutmix=config.cutmix, flip=choose_flips(config, train_data), teacher=teacher)
+                   mixup=config.mixup, cutmix=config.cutmix, erase=config.erase, flip=choose_flips(config, train_data),
+                   teacher=teacher)
     if keras.backend.backend() == "tensorflow":
         from .pipeline import make_dataset
 

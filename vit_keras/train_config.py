@@ -31,17 +31,17 @@ MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="ga
 RECIPES = {
     "quick": dict(model=MODEL, grid=(4, 4), epochs=20, min_steps=3000, batch_size=128, base_lr=1.6e-2,
                   weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
-                  small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, teacher_steps=800),
+                  small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0, teacher_steps=800),
     "long": dict(model=MODEL, grid=(7, 8), epochs=30, min_steps=8000, batch_size=128, base_lr=1.6e-2,
                  weight_decay=0.05, warmup_epochs=1, label_smoothing=0.1, drop_path=0.05, augment="flip",
-                 small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, teacher_steps=2000),
+                 small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.0, teacher_steps=2000),
 }
 # The input sizes the recipes' ViT takes (vit_keras.train.recipe_image_size): images are resized to the first
 # that holds them in whole patches.
 RECIPE_SIDES = (28, 32, 64)
 # The settings a recipe gives a value to when they are left unset (None).
 RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "weight_decay", "label_smoothing", "drop_path", "augment",
-                   "crop_scale", "mixup", "cutmix", "warmup_epochs", "teacher_steps")
+                   "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs", "teacher_steps")
 # The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate", "distill")
@@ -49,6 +49,7 @@ RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed",
 BOUNDS = (("warmup_epochs", lambda v: v >= 0, ">= 0"), ("weight_decay", lambda v: v >= 0, ">= 0"),
           ("label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"), ("drop_path", lambda v: 0 <= v < 1, "in [0, 1)"),
           ("mixup", lambda v: v >= 0, ">= 0"), ("cutmix", lambda v: v >= 0, ">= 0"),
+          ("erase", lambda v: 0 <= v <= 1, "in [0, 1]"),
           ("learning_rate", lambda v: v > 0, "> 0"), ("val_fraction", lambda v: 0 < v < 1, "in (0, 1)"))
 VERBOSITIES = ("auto", 0, 1, 2)  # model.fit's
 
@@ -98,6 +99,8 @@ class TrainConfig:
       batch 512, ``scaled_learning_rate``).
     drop_path: unset with a saved model as ``weights``: the saved model's own.
     crop_scale: (min, max) area fraction of the random-resized crops (``augment="crop"`` or "randaugment").
+    erase: the probability that a training image has a random rectangle replaced by noise (random erasing, Zhong
+      et al. 2020; ``vit_keras.array_pipeline.random_erase``).
     distill: "cnn": the ViT learns from a small CNN's labels too (DeiT's hard distillation, ``vit_keras.distill``),
       the CNN trained first for ``teacher_steps`` steps; "none": from the data's alone; "auto": "cnn" where the
       recipe's own ViT trains from scratch on data the step floor repeats (small data), else "none".
@@ -132,6 +135,7 @@ class TrainConfig:
     crop_scale: tuple | list | None = None
     mixup: float | None = None
     cutmix: float | None = None
+    erase: float | None = None
     warmup_epochs: float | None = None
     distill: str = "auto"
     teacher_steps: int | None = None

@@ -49,6 +49,9 @@ def add_arguments(parser):
                         help="smallest area fraction kept by --augment crop / randaugment (0 < MIN <= 1)")
     parser.add_argument("--mixup", type=float, default=None, help="MixUp alpha (0: off)")
     parser.add_argument("--cutmix", type=float, default=None, help="CutMix factor (0: off)")
+    parser.add_argument("--erase", type=float, default=None, metavar="P",
+                        help="random erasing: the probability that a training image has a rectangle replaced by noise "
+                             "(default: the recipe's)")
     parser.add_argument("--distill", choices=DISTILLATIONS, default="auto",
                         help="learn from a small CNN's labels too, the CNN trained first (DeiT's hard distillation); "
                              "auto (default): where the recipe's ViT trains on small data")
@@ -98,7 +101,7 @@ def check_args(args):
         raise ValueError(f"--min-steps must be an integer >= 0; got {args.min_steps}.")
     for name, valid, bounds in (("lr", lambda v: v > 0, "> 0"), ("warmup_epochs", lambda v: v >= 0, ">= 0"),
                                 ("weight_decay", lambda v: v >= 0, ">= 0"), ("mixup", lambda v: v >= 0, ">= 0"),
-                                ("cutmix", lambda v: v >= 0, ">= 0"),
+                                ("cutmix", lambda v: v >= 0, ">= 0"), ("erase", lambda v: 0 <= v <= 1, "in [0, 1]"),
                                 ("label_smoothing", lambda v: 0 <= v < 1, ">= 0 and < 1"),
                                 ("drop_path", lambda v: 0 <= v < 1, ">= 0 and < 1")):
         value = getattr(args, name)
@@ -151,7 +154,7 @@ def run(args):
             epochs=args.epochs, min_steps=args.min_steps, batch_size=args.batch_size, learning_rate=args.lr, weight_decay=args.weight_decay,
             label_smoothing=args.label_smoothing, drop_path=args.drop_path, augment=args.augment,
             crop_scale=None if args.crop_scale is None else (args.crop_scale, 1.0), mixup=args.mixup,
-            cutmix=args.cutmix, warmup_epochs=args.warmup_epochs, distill=args.distill,
+            cutmix=args.cutmix, erase=args.erase, warmup_epochs=args.warmup_epochs, distill=args.distill,
             teacher_steps=args.teacher_steps, precision=args.precision, strategy=args.strategy,
             weights=args.weights, seed=args.seed, limit=args.limit, data_dir=args.data_dir,
             val_fraction=args.val_fraction, backup_every=args.backup_every or "epoch", jit_compile=not args.no_jit,
