@@ -465,8 +465,9 @@ def test_strategy_choice_and_the_quick_recipes_sizes():
         train.get_strategy("horovod")
     sizes = {side: train.recipe_image_size((side, side)) for side in (8, 28, 32, 40, 96)}  # a 4x4 grid
     assert sizes == {8: ((32, 32), 8), 28: ((32, 32), 8), 32: ((32, 32), 8), 40: ((64, 64), 16), 96: ((64, 64), 16)}
-    sizes = {side: train.recipe_image_size((side, side), "long") for side in (8, 28, 32, 40, 96)}  # 7x7 or 8x8
-    assert sizes == {8: ((28, 28), 4), 28: ((28, 28), 4), 32: ((32, 32), 4), 40: ((64, 64), 8), 96: ((64, 64), 8)}
+    assert sizes == {side: train.recipe_image_size((side, side), "long") for side in sizes}  # the same grid
+    finer = {side: train.recipe_patch(side, (7, 8)) for side in (28, 32, 64)}  # a 7x7 or 8x8 grid
+    assert finer == {28: 4, 32: 4, 64: 8}
     odd = {side: train.build_model(10, 1, (28, 28), image_size=side).get_config()["patch_size"] for side in (21, 30)}
     assert odd == {21: 3, 30: 6}  # the largest whole patch near the recipe's grid: 7x7 and 5x5
     asked = train.build_model(10, 1, (28, 28), image_size=28, overrides=dict(patch_size=4)).get_config()

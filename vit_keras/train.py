@@ -102,8 +102,8 @@ def recipe_patch(side, grid):
 
 def recipe_image_size(data_size, recipe="quick"):
     """The recipe's input size and patch for images of ``data_size``: the first of ``RECIPE_SIDES`` that holds
-    them in whole patches (the largest for bigger images). Quick: 28 or 32 -> (32, 8), a 4x4 grid; long: 28 ->
-    (28, 4), 32 -> (32, 4), 7x7 and 8x8 grids; bigger images -> 64."""
+    them in whole patches (the largest for bigger images). Both recipes' 4x4 grid: 28 or 32 -> (32, 8); bigger
+    images -> (64, 16)."""
     side, grid = max(data_size), RECIPES[recipe]["grid"]
     for candidate in RECIPE_SIDES:
         patch = recipe_patch(candidate, grid)
