@@ -65,7 +65,7 @@ def test_training_turns_the_recipes_flips_off_on_digits_and_warns_when_asked(cap
     out = capsys.readouterr().out
     assert "warning: `augment`='flip'" in out and "among them flipped" in out
     assert choose_flips(TrainConfig("folder:x", augment="none"), data) is False
-    assert "augment_from_recipe" not in TrainConfig.option_names()
+    assert "from_recipe" not in TrainConfig.option_names()
 
 
 def test_training_keeps_flips_on_clothes(fashion_train, capsys):

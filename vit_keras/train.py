@@ -232,7 +232,7 @@ def choose_flips(config, train_data):
     keep, plain, flipped = flip_check.flips_keep_labels(train_data.images, train_data.labels, config.seed)
     if keep:
         return True
-    if config.augment_from_recipe:
+    if "augment" in config.from_recipe:
         print(f"flips off: they look label-changing on this data ({flip_check.describe(plain, flipped)}); "
               "`--augment flip` asks for them anyway.")
         return False
@@ -299,7 +299,7 @@ def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=N
     if repeated:
         print(f"step floor: {config.epochs} epochs of {steps} steps ({config.epochs * steps:,} steps, "
               f"min_steps {config.min_steps:,}), {steps * config.batch_size / count:.1f} passes over the training "
-              f"images an epoch; augment {config.augmentation(count)!r}")
+              f"images an epoch; augment {config.augmentation(count)!r}, erase {config.erasing(count)}")
     train_ds, val_ds = input_pipelines(model.get_config(), config, train_data, val_data, dist,
                                        steps if repeated else None, teacher)
     callbacks = runs.make_callbacks(out_dir, config.batch_size, worker, config.backup_every,
@@ -321,8 +321,8 @@ def input_pipelines(vit, config, train_data, val_data, dist=None, steps_per_epoc
     options = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
                    seed=config.seed, batch_size=config.batch_size)
     augment = dict(augment=config.augmentation(len(train_data.images)), crop_scale=config.crop_scale,
-                   mixup=config.mixup, cutmix=config.cutmix, erase=config.erase, flip=choose_flips(config, train_data),
-                   teacher=teacher)
+                   mixup=config.mixup, cutmix=config.cutmix, erase=config.erasing(len(train_data.images)),
+                   flip=choose_flips(config, train_data), teacher=teacher)
     if keras.backend.backend() == "tensorflow":
         from .pipeline import make_dataset
 

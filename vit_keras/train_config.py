@@ -31,10 +31,12 @@ MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="ga
 RECIPES = {
     "quick": dict(model=MODEL, grid=(4, 4), epochs=20, min_steps=3000, batch_size=128, base_lr=1.6e-2,
                   weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
-                  small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0, teacher_steps=800),
+                  small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0, small_data_erase=0.0,
+                  teacher_steps=800),
     "long": dict(model=MODEL, grid=(4, 4), epochs=90, min_steps=8000, batch_size=128, base_lr=1.6e-2,
                  weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
-                 small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5, teacher_steps=2000),
+                 small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5, small_data_erase=0.5,
+                 teacher_steps=2000),
 }
 # The input sizes the recipes' ViT takes (vit_keras.train.recipe_image_size): images are resized to the first
 # that holds them in whole patches.
@@ -153,8 +155,9 @@ class TrainConfig:
     verbose: int | str = "auto"
     tensorboard: bool = True
     model_overrides: dict | None = None
-    # Whether ``augment`` is the recipe's (not asked for): the flip rule may then turn its flips off.
-    augment_from_recipe: bool = dataclasses.field(default=False, init=False, repr=False)
+    # The recipe settings left unset, so the recipe's: the flip rule may turn the recipe's flips off, and small data
+    # gets the recipe's small-data augmentation and erasing (``for_data``).
+    from_recipe: frozenset = dataclasses.field(default=frozenset(), init=False, repr=False)
 
     @classmethod
     def option_names(cls):
@@ -176,7 +179,8 @@ class TrainConfig:
     def fill_from_recipe(self):
         """Unset hyper-parameters take the recipe's values; the crop scale becomes a [min, max] list."""
         defaults = RECIPES[self.recipe]
-        object.__setattr__(self, "augment_from_recipe", self.augment is None)
+        unset = frozenset(name for name in RECIPE_SETTINGS if getattr(self, name) is None)
+        object.__setattr__(self, "from_recipe", unset)
         keep_drop_path = is_saved_model(self.weights)  # a fine-tuned saved model keeps its own unless asked
         if self.min_steps is None and self.epochs is not None:  # epochs asked for: as many passes as asked
             object.__setattr__(self, "min_steps", 0)
@@ -232,12 +236,20 @@ class TrainConfig:
         """Whether the step floor makes each epoch several passes over the data (small data)."""
         return self.steps_per_epoch(train_examples) > train_examples // self.batch_size
 
+    def for_data(self, name, train_examples):
+        """The value of setting ``name`` the run uses: the recipe's ``small_data_<name>`` where the step floor repeats
+        the data (many passes over each image), else the setting's. A value asked for is kept."""
+        if name in self.from_recipe and self.repeats_data(train_examples):
+            return RECIPES[self.recipe][f"small_data_{name}"]
+        return getattr(self, name)
+
     def augmentation(self, train_examples):
-        """The augmentation the run uses: the recipe's for small data where the step floor repeats the data (many
-        passes over each image need more than flips), else ``augment``. An ``augment`` asked for is kept."""
-        if self.augment_from_recipe and self.repeats_data(train_examples):
-            return RECIPES[self.recipe]["small_data_augment"]
-        return self.augment
+        """The augmentation the run uses: on small data the recipe's crops (more than flips), else ``augment``."""
+        return self.for_data("augment", train_examples)
+
+    def erasing(self, train_examples):
+        """The random-erasing probability the run uses: on small data the recipe's own for it, else ``erase``."""
+        return self.for_data("erase", train_examples)
 
     def distills(self, train_examples):
         """Whether the ViT learns from a CNN teacher's labels too: as asked, or under "auto" where the recipe's
@@ -251,6 +263,7 @@ class TrainConfig:
         """The run's config.json: the recorded settings, the model's config (``vit``, whose drop_path is the
         one trained with), and the facts of the data and of the devices (``micro_batches`` as used)."""
         settings = dict({name: getattr(self, name) for name in RECORDED}, augment=self.augmentation(train_examples),
+                        erase=self.erasing(train_examples),
                         distill="cnn" if self.distills(train_examples) else "none")
         return dict(settings, model=self.model_name or "vit_quick", drop_path=vit["drop_path"], vit=vit,
                     class_names=list(class_names), steps_per_epoch=steps_per_epoch, micro_batches=micro_batches,
