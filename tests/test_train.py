@@ -306,8 +306,9 @@ def test_small_data_gets_the_step_floor_and_epochs_asked_for_do_not():
     assert asked.min_steps == 0 and asked.steps_per_epoch(1000) == 7
     floored = train.TrainConfig("fashion_mnist", epochs=5, min_steps=100, augment="flip")
     assert floored.steps_per_epoch(1000) == 20 and floored.augmentation(1000) == "flip"  # as asked
-    small_erase = train.RECIPES["quick"]["small_data_erase"]
+    small_erase = train.RECIPES["quick"]["small_data_erase"]  # in full from erase_passes (200) passes over the data
     assert quick.erasing(1000) == small_erase and quick.erasing(54_000) == train.RECIPES["quick"]["erase"]
+    assert quick.erasing(6000) == pytest.approx(small_erase * (20 * 150 * 128 / 6000) / 200, abs=1e-3)  # 64 passes
     assert train.TrainConfig("fashion_mnist", erase=0.3).erasing(1000) == 0.3  # as asked
     with pytest.raises(ValueError, match="`min_steps` must be an int >= 0; got -1"):
         train.TrainConfig("fashion_mnist", min_steps=-1)

@@ -23,20 +23,20 @@ BASE_BATCH_SIZE = 512
 # The values won trials on Fashion-MNIST: docs/benchmarks.md, "Why the recipes' values", "The token count" and
 # "Random erasing".
 # Small data: the schedule has a floor of `min_steps` optimizer steps (20 epochs over 1,000 images would be 140),
-# the many passes over each image that it makes use random-resized crops, not flips alone, and the ViT learns
-# from a small CNN's labels too, the CNN trained first for `teacher_steps` (vit_keras.distill; docs/benchmarks.md,
-# "Small data against a CNN").
+# the many passes over each image that it makes use random-resized crops, not flips alone, and random erasing
+# (`small_data_erase`, in full from `erase_passes` passes over the images, less below), and the ViT learns from a small CNN's labels too, the CNN trained first for
+# `teacher_steps` (vit_keras.distill; docs/benchmarks.md, "Small data against a CNN").
 MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="gap", class_token=False,
              gelu_approximate=True, stem="conv")
 RECIPES = {
     "quick": dict(model=MODEL, grid=(4, 4), epochs=20, min_steps=3000, batch_size=128, base_lr=1.6e-2,
                   weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
-                  small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0, small_data_erase=0.0,
-                  teacher_steps=800),
+                  small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0,
+                  small_data_erase=0.25, erase_passes=200, teacher_steps=800),
     "long": dict(model=MODEL, grid=(4, 4), epochs=90, min_steps=8000, batch_size=128, base_lr=1.6e-2,
                  weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
-                 small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5, small_data_erase=0.5,
-                 teacher_steps=2000),
+                 small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5,
+                 small_data_erase=0.5, erase_passes=200, teacher_steps=2000),
 }
 # The input sizes the recipes' ViT takes (vit_keras.train.recipe_image_size): images are resized to the first
 # that holds them in whole patches.
@@ -248,8 +248,14 @@ class TrainConfig:
         return self.for_data("augment", train_examples)
 
     def erasing(self, train_examples):
-        """The random-erasing probability the run uses: on small data the recipe's own for it, else ``erase``."""
-        return self.for_data("erase", train_examples)
+        """The random-erasing probability the run uses: ``erase``, or on small data the recipe's
+        ``small_data_erase``, scaled down where the run makes fewer than ``erase_passes`` passes over the images
+        (erasing counters memorizing images seen many times; with fewer passes it cost accuracy)."""
+        probability = self.for_data("erase", train_examples)
+        if "erase" not in self.from_recipe or not self.repeats_data(train_examples):
+            return probability
+        passes = self.epochs * self.steps_per_epoch(train_examples) * self.batch_size / train_examples
+        return round(probability * min(1.0, passes / RECIPES[self.recipe]["erase_passes"]), 3)
 
     def distills(self, train_examples):
         """Whether the ViT learns from a CNN teacher's labels too: as asked, or under "auto" where the recipe's
