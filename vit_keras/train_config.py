@@ -24,8 +24,9 @@ BASE_BATCH_SIZE = 512
 # "Random erasing".
 # Small data: the schedule has a floor of `min_steps` optimizer steps (20 epochs over 1,000 images would be 140),
 # the many passes over each image that it makes use random-resized crops, not flips alone, and random erasing
-# (`small_data_erase`, in full from `erase_passes` passes over the images, less below), and the ViT learns from a small CNN's labels too, the CNN trained first for
-# `teacher_steps` (vit_keras.distill; docs/benchmarks.md, "Small data against a CNN").
+# (`small_data_erase`, in full from `erase_passes` passes over the images, less below), and the ViT learns from
+# a small CNN's labels too, the CNN trained first for `teacher_steps` (vit_keras.distill; docs/benchmarks.md,
+# "Small data against a CNN").
 MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="gap", class_token=False,
              gelu_approximate=True, stem="conv")
 RECIPES = {
