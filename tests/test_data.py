@@ -230,8 +230,8 @@ def test_mixup_and_cutmix_both_used():
 
 
 def erased_rectangles(x, background):
-    """Per image: whether any pixel differs from the constant ``background``, and whether those pixels fill
-    their bounding box (one rectangle)."""
+    """(whether any pixel of each image differs from the constant ``background``, and each image's mask of the
+    changed pixels cropped to their bounding box, or None): a mask all True is one rectangle."""
     changed = np.abs(x[..., 0] - background) > 1e-3
     boxes = []
     for mask in changed:

@@ -157,7 +157,7 @@ class TrainConfig:
     tensorboard: bool = True
     model_overrides: dict | None = None
     # The recipe settings left unset, so the recipe's: the flip rule may turn the recipe's flips off, and small data
-    # gets the recipe's small-data augmentation and erasing (``for_data``).
+    # gets the recipe's small-data augmentation and erasing (``small_data_default``).
     from_recipe: frozenset = dataclasses.field(default=frozenset(), init=False, repr=False)
 
     @classmethod
@@ -237,26 +237,26 @@ class TrainConfig:
         """Whether the step floor makes each epoch several passes over the data (small data)."""
         return self.steps_per_epoch(train_examples) > train_examples // self.batch_size
 
-    def for_data(self, name, train_examples):
-        """The value of setting ``name`` the run uses: the recipe's ``small_data_<name>`` where the step floor repeats
-        the data (many passes over each image), else the setting's. A value asked for is kept."""
-        if name in self.from_recipe and self.repeats_data(train_examples):
-            return RECIPES[self.recipe][f"small_data_{name}"]
-        return getattr(self, name)
+    def small_data_default(self, name, train_examples):
+        """Whether setting ``name`` takes the recipe's small-data value: it was left unset and the step floor
+        repeats the data (many passes over each image). A value asked for is kept."""
+        return name in self.from_recipe and self.repeats_data(train_examples)
 
     def augmentation(self, train_examples):
         """The augmentation the run uses: on small data the recipe's crops (more than flips), else ``augment``."""
-        return self.for_data("augment", train_examples)
+        if self.small_data_default("augment", train_examples):
+            return RECIPES[self.recipe]["small_data_augment"]
+        return self.augment
 
     def erasing(self, train_examples):
         """The random-erasing probability the run uses: ``erase``, or on small data the recipe's
         ``small_data_erase``, scaled down where the run makes fewer than ``erase_passes`` passes over the images
         (erasing counters memorizing images seen many times; with fewer passes it cost accuracy)."""
-        probability = self.for_data("erase", train_examples)
-        if "erase" not in self.from_recipe or not self.repeats_data(train_examples):
-            return probability
+        if not self.small_data_default("erase", train_examples):
+            return self.erase
+        recipe = RECIPES[self.recipe]
         passes = self.epochs * self.steps_per_epoch(train_examples) * self.batch_size / train_examples
-        return round(probability * min(1.0, passes / RECIPES[self.recipe]["erase_passes"]), 3)
+        return round(recipe["small_data_erase"] * min(1.0, passes / recipe["erase_passes"]), 3)
 
     def distills(self, train_examples):
         """Whether the ViT learns from a CNN teacher's labels too: as asked, or under "auto" where the recipe's
