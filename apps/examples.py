@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-# The same folder and override as vit_keras.data, which this TensorFlow-free module does not import.
+# The same folder and override as vit_keras.data.datasets, which this TensorFlow-free module does not import.
 FASHION_DIR = Path(os.environ.get("VIT_KERAS_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
 FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]

@@ -77,7 +77,7 @@ def read_stamp(report_path):
 
 def finished_run(run_dir):
     """(model.keras path, config.json record) of a finished run in ``run_dir``, or a clear error."""
-    from vit_keras.runs import read_json
+    from vit_keras.training.runs import read_json
 
     model = os.path.join(run_dir, "model.keras")
     config = read_json(os.path.join(run_dir, "config.json"))
@@ -89,8 +89,8 @@ def finished_run(run_dir):
 
 def calibration_arrays(model_path, config, calibration_size, data_dir=None):
     """The run's own training images, as it split them (seed, held-out fraction), at the model's input size."""
-    from vit_keras.data import load_arrays
-    from vit_keras.runs import data_split
+    from vit_keras.data.datasets import load_arrays
+    from vit_keras.training.runs import data_split
 
     return load_arrays(config["data"], split="train", limit=calibration_size, data_dir=data_dir,
                        image_size=tuple(config["vit"]["image_size"]), **data_split(model_path))[0]

@@ -70,7 +70,7 @@ def build(name, fmnist_model):
         labels = [v for v in (labels or []) if v] or [f"class_{i}" for i in range(model.vit_config["num_classes"])]
         calibration = np.random.default_rng(0).integers(0, 256, (128, 28, 28, model.vit_config["channels"]), "uint8")
         try:
-            from vit_keras.data import load_arrays
+            from vit_keras.data.datasets import load_arrays
 
             calibration = load_arrays("fashion_mnist", "train", limit=300)[0]
         except Exception:  # noqa: BLE001 - noise calibrates latency just as well

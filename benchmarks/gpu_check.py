@@ -1,4 +1,4 @@
-"""GPU check: the real trainer (``vit_keras.train.train``) under Keras's JAX backend, beside timm on the same card.
+"""GPU check: the real trainer (``vit_keras.training.train.train``) under Keras's JAX backend, beside timm on the same card.
 
 The GPU machine this project borrows has JAX, PyTorch and timm but no TensorFlow, and nothing can be
 installed there: this runs from the checkout (``import vit_keras`` loads no TensorFlow; the trainer feeds
@@ -61,7 +61,7 @@ def write_synthetic_folder(path, count, size, classes=10, seed=0):
 
 
 def matmul_share(img_per_s, name, image_size, peak_tflops):
-    from vit_keras.bench import vit_flops
+    from vit_keras.inference.bench import vit_flops
 
     tflops = img_per_s * TRAINING_FLOPS_PER_FORWARD * vit_flops(name, image_size) / 1e12
     return dict(model_tflops=round(tflops, 1), share_of_peak=round(tflops / peak_tflops, 3) if peak_tflops else None)
@@ -69,7 +69,7 @@ def matmul_share(img_per_s, name, image_size, peak_tflops):
 
 def run_trainer(args, data, precision, out):
     """``train.train`` for two epochs; the second epoch's img/s from history.csv (the first compiles)."""
-    from vit_keras import train
+    from vit_keras.training import train
 
     steps_per_epoch = args.steps
     config = train.train(data, out, model_name=args.model, image_size=args.image_size, batch_size=args.batch,
@@ -89,7 +89,7 @@ def compiled_step(args, precision, steps=None):
     import jax
     import keras
 
-    from vit_keras import train
+    from vit_keras.training import train
 
     steps = steps or args.steps
     train.set_precision(precision)
@@ -119,8 +119,8 @@ def float16_probes():
     input: the backward pass has dots of its own), to find the one XLA rejects."""
     import keras
 
-    from vit_keras.encoder import MultiHeadSelfAttention, TransformerBlock
-    from vit_keras.models import VisionTransformer
+    from vit_keras.models.encoder import MultiHeadSelfAttention, TransformerBlock
+    from vit_keras.models.vision_transformer import VisionTransformer
 
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_float16")
@@ -199,7 +199,7 @@ def timm_child(args):
         import timm
     except ImportError as error:
         return dict(error=f"timm is not installed here ({error})")
-    from vit_keras.bench import TIMM_NAMES
+    from vit_keras.inference.bench import TIMM_NAMES
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)

@@ -34,7 +34,7 @@ def draw_rows(keras_path, train_images, test, test_labels, draws, folder):
     from vit_keras.convert.export import convert, load_vit
     from vit_keras.convert.graph import keras_scores
     from vit_keras.convert.verify import predict
-    from vit_keras.pipeline import fit_images
+    from vit_keras.data.pipeline import fit_images
 
     model = load_vit(keras_path)
     size, channels = model.vit_config["image_size"], model.vit_config["channels"]
@@ -66,7 +66,7 @@ def main(argv=None):
         parser.error(f"unknown --models {', '.join(unknown)}; valid: {', '.join(int8_zoo.ZOO)}")
     if not 1 <= args.draws <= 6:
         parser.error(f"--draws must be 1 to 6 (draw d calibrates on images 10,000·d onwards); got {args.draws}")
-    from vit_keras.data import load_arrays
+    from vit_keras.data.datasets import load_arrays
 
     train_images = load_arrays("fashion_mnist", "train")[0]
     test, test_labels = load_arrays("fashion_mnist", "test")[:2]

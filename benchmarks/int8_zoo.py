@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 
-# name -> vit_keras.train.train options (the issue's zoo: recipes, and models trained differently)
+# name -> vit_keras.training.train.train options (the issue's zoo: recipes, and models trained differently)
 ZOO = {
     "quick": dict(recipe="quick"),
     "long": dict(recipe="long"),
@@ -54,7 +54,7 @@ def tinted_folder(cache, limit):
     images' per-channel (mean, std) in [0, 1] units."""
     from PIL import Image
 
-    from vit_keras.data import FASHION_MNIST_CLASSES, load_arrays
+    from vit_keras.data.datasets import FASHION_MNIST_CLASSES, load_arrays
 
     root = os.path.join(cache, "tinted" + (f"_{limit}" if limit else ""))
     train_images = tinted(load_arrays("fashion_mnist", "train", limit=limit)[0], seed=1)
@@ -72,7 +72,7 @@ def tinted_folder(cache, limit):
 
 def folder_labels(keras_path, labels):
     """Fashion-MNIST's label indices as the indices of a model trained on a folder (its labels.txt order)."""
-    from vit_keras.data import FASHION_MNIST_CLASSES
+    from vit_keras.data.datasets import FASHION_MNIST_CLASSES
 
     with open(os.path.join(os.path.dirname(keras_path), "labels.txt")) as f:
         order = [line.strip() for line in f if line.strip()]
@@ -87,7 +87,7 @@ def folder_name(class_name):
 
 def train_or_load(name, options, cache, quick):
     """The zoo model's .keras path, trained into ``cache/name`` unless it is there already."""
-    from vit_keras.train import train
+    from vit_keras.training.train import train
 
     folder = os.path.join(cache, name + ("_quick" if quick else ""))
     path = os.path.join(folder, "model.keras")
@@ -160,7 +160,7 @@ def zoo_rows(name, keras_path, calibration, test, test_labels, folder, runs):
     """{variant: measured row} for one zoo model."""
     from vit_keras.convert.export import export_tflite, load_vit
     from vit_keras.convert.graph import keras_scores
-    from vit_keras.pipeline import fit_images
+    from vit_keras.data.pipeline import fit_images
 
     model = load_vit(keras_path)
     size, channels = model.vit_config["image_size"], model.vit_config["channels"]
@@ -244,7 +244,7 @@ def main(argv=None):
     parser.add_argument("--test-images", type=int, default=None, help="held-out test images (default 10,000)")
     parser.add_argument("--runs", type=int, default=None, help="latency runs a measurement")
     args = parser.parse_args(argv)
-    from vit_keras.data import load_arrays
+    from vit_keras.data.datasets import load_arrays
 
     names = [n for n in args.models.split(",") if n]
     unknown = sorted(set(names) - set(ZOO))

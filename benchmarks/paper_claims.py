@@ -39,10 +39,10 @@ FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 def load_fashion_mnist(split, limit, seed):
     """uint8 (N, 32, 32, 1) images zero-padded from 28 x 28, and int labels."""
     try:
-        from vit_keras.data import load_arrays
+        from vit_keras.data.datasets import load_arrays
 
         images, labels, _ = load_arrays("fashion_mnist", split=split, limit=limit, seed=seed)
-    except ImportError:  # before vit_keras.data existed: read the IDX files directly
+    except ImportError:  # before vit_keras.data.datasets existed: read the IDX files directly
         prefix = "train" if split == "train" else "t10k"
 
         def idx(name):

@@ -26,7 +26,7 @@ sys.path.insert(0, ROOT)
 
 
 def quick_recipe(limit):
-    from vit_keras import train
+    from vit_keras.training import train
 
     with tempfile.TemporaryDirectory() as out:
         config = train.train("fashion_mnist", out, limit=limit, epochs=2, verbose=0, tensorboard=False)
@@ -41,14 +41,14 @@ def vit_ti(steps, micro_batches, batch=32, warmup=3):
     import keras
     import numpy as np
 
-    from vit_keras import train
+    from vit_keras.training import train
 
     model = train.build_model(1000, 3, (224, 224), "vit_ti16", 224)
     micro = micro_batches if keras.backend.backend() == "tensorflow" else 1
     train.compile_model(model, train.WarmupCosine(1e-3, 10_000, 10), jit_compile=micro == 1 and
                         keras.backend.backend() != "torch")
     if micro > 1:
-        from vit_keras.microbatch import enable_micro_batches
+        from vit_keras.training.microbatch import enable_micro_batches
 
         enable_micro_batches(model, micro)
     rng = np.random.default_rng(0)

@@ -31,9 +31,9 @@ def cpu_seconds():
 
 
 def train_recipe(args):
-    from vit_keras import train
-    from vit_keras.data import load_arrays
-    from vit_keras.evaluation import evaluate_arrays
+    from vit_keras.training import train
+    from vit_keras.data.datasets import load_arrays
+    from vit_keras.training.evaluation import evaluate_arrays
     import keras
 
     import tempfile
@@ -105,9 +105,9 @@ def quick_step_rate(args):
     import numpy as np
     import tensorflow as tf
 
-    from vit_keras import train
-    from vit_keras.bench import matmul_peak_gflops, timed
-    from vit_keras.microbatch import enable_micro_batches
+    from vit_keras.training import train
+    from vit_keras.inference.bench import matmul_peak_gflops, timed
+    from vit_keras.training.microbatch import enable_micro_batches
 
     recipe = train.RECIPES["quick"]
     batch, micro = recipe["batch_size"], 2
@@ -155,7 +155,7 @@ if __name__ == "__main__":
     parser.add_argument("--step-rate", action="store_true", help="the quick recipe's step rate against GEMM rates")
     parser.add_argument("--steps", type=int, default=8, help="timed steps for --vit-ti (x8 for --step-rate)")
     parser.add_argument("--micro-batches", type=int, default=4,
-                        help="--vit-ti: concurrent micro-batches per step (vit_keras.microbatch); 1: one XLA step")
+                        help="--vit-ti: concurrent micro-batches per step (vit_keras.training.microbatch); 1: one XLA step")
     args = parser.parse_args()
     from vit_keras.apps.allocator import reexec_with_tcmalloc
 

@@ -6,10 +6,10 @@
   python benchmarks/versus_cnn.py --data folder:/tmp/vs_cnn/digits
   python benchmarks/versus_cnn.py --data folder:/tmp/vs_cnn/digits --vit min_steps=0    # a trial: train() keywords
 
-The ViT is `vit-keras train --data SPEC` with no other flags (`vit_keras.train.train(spec, out)`), timed from the
+The ViT is `vit-keras train --data SPEC` with no other flags (`vit_keras.training.train.train(spec, out)`), timed from the
 call to its return (loading, building, compiling, the CNN teacher it distills from on small data, and fitting).
 The CNN then trains on the same arrays for that many seconds, whole epochs, stopping at the first epoch end past
-the budget (so it gets at least the ViT's time). It is `vit_keras.distill.small_cnn`, the default's teacher:
+the budget (so it gets at least the ViT's time). It is `vit_keras.training.distill.small_cnn`, the default's teacher:
 
     Conv 3x3 x32, ReLU, MaxPool 2 -> Conv 3x3 x64, ReLU, MaxPool 2 -> Dropout 0.5 -> Flatten -> Dense(classes)
 
@@ -44,7 +44,7 @@ def train_cnn(train, test, seconds, seed=0):
             if time.perf_counter() - self.start >= seconds:
                 self.model.stop_training = True
 
-    from vit_keras.distill import compile_teacher, small_cnn
+    from vit_keras.training.distill import compile_teacher, small_cnn
 
     keras.utils.set_random_seed(seed)
     model = compile_teacher(small_cnn(train.images.shape[1:], train.num_classes))  # trained as the teacher is
@@ -58,8 +58,8 @@ def train_cnn(train, test, seconds, seed=0):
 
 
 def train_vit(spec, options):
-    from vit_keras import train
-    from vit_keras.models import load_model
+    from vit_keras.training import train
+    from vit_keras.models.vision_transformer import load_model
 
     out = tempfile.mkdtemp(prefix="vs_cnn_vit_")  # fresh: a finished run's folder would return at once
     start = time.perf_counter()
@@ -70,8 +70,8 @@ def train_vit(spec, options):
 
 
 def compare(spec, options, cnn_too=True):
-    from vit_keras.data import load_dataset
-    from vit_keras.evaluation import evaluate_arrays
+    from vit_keras.data.datasets import load_dataset
+    from vit_keras.training.evaluation import evaluate_arrays
 
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     model, record, vit_seconds = train_vit(spec, options)
@@ -96,7 +96,7 @@ def compare(spec, options, cnn_too=True):
 def make_folders(root):
     from PIL import Image
 
-    from vit_keras.data import FASHION_MNIST_CLASSES, load_arrays
+    from vit_keras.data.datasets import FASHION_MNIST_CLASSES, load_arrays
 
     def write(folder, images, labels, names):
         for i, (image, label) in enumerate(zip(images, labels)):

@@ -28,7 +28,7 @@ FLATBUFFER_LIMIT = 2**31 - 2**26  # 2 GiB, less room for the graph and metadata 
 
 def load_vit(path):
     """A vit_keras VisionTransformer classifier from a .keras file, with clear errors for anything else."""
-    from vit_keras.models import load_model
+    from vit_keras.models.vision_transformer import load_model
 
     from .graph import check_vit
 
@@ -63,10 +63,10 @@ def calibration_images(calibration, model, limit=DEFAULT_CALIBRATION_IMAGES):
     if calibration is None:
         raise ValueError("int8 needs `calibration` data: 'fashion_mnist', 'tfds:NAME' or 'folder:PATH' "
                          "(the training data spec), or an array of uint8 images.")
-    from vit_keras.pipeline import fit_images
+    from vit_keras.data.pipeline import fit_images
 
     if isinstance(calibration, str):
-        from vit_keras.data import load_arrays
+        from vit_keras.data.datasets import load_arrays
 
         images = load_arrays(calibration, split="train", limit=limit, image_size=model.vit_config["image_size"])[0]
     else:
@@ -231,7 +231,7 @@ def classifier_metadata(model, labels, quantize, input_dtype, name=None, descrip
 
     Its NormalizationOptions hold one mean and std (MediaPipe refuses per-channel ones): the model's own
     where its channels share them, else mean 0, std 1 for the raw pixels the graph normalizes itself."""
-    from vit_keras.normalization import pixel_normalization
+    from vit_keras.models.normalization import pixel_normalization
 
     from .graph import takes_raw_pixels
 

@@ -30,9 +30,9 @@ import numpy as np
 import tensorflow as tf
 
 from vit_keras.constants import LUMA_WEIGHTS
-from vit_keras.models import VisionTransformer
-from vit_keras.normalization import is_uniform, normalize, pixel_normalization
-from vit_keras.stems import ResNetV2Stem
+from vit_keras.models.vision_transformer import VisionTransformer
+from vit_keras.models.normalization import is_uniform, normalize, pixel_normalization
+from vit_keras.models.stems import ResNetV2Stem
 
 # Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: (x - mean) / std per channel
 # (normalization.pixel_normalization). The luma weights, scaled to sum to 1, commute with a 1-channel model's
@@ -361,7 +361,7 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
 
 
 def readout(pool, x, token_weights=None):
-    """Eq. 4's readout (vit_keras.readout.TokenPooling) of the normalized tokens (B, T, D): (B, D).
+    """Eq. 4's readout (vit_keras.models.readout.TokenPooling) of the normalized tokens (B, T, D): (B, D).
     token_weights: a list that gets sequence pooling's weights over the patch tokens appended, (B, 1, N)."""
     width = x.shape[-1]
     if pool.pooling == "token":

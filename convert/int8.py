@@ -71,7 +71,7 @@ def stem_nodes(model, calibrated):
     and "int8 on models trained elsewhere"). The conv that reads the input (RGB -> gray, or the normalization)
     stays int8, so the input stays uint8.
     """
-    from vit_keras.stems import ResNetV2Stem
+    from vit_keras.models.stems import ResNetV2Stem
 
     from .graph import GROUPNORM_SHIFT, STEM_POOL, STEM_RESIDUAL
 

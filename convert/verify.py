@@ -250,9 +250,9 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
 def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2), data_dir=None):
     """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data`` (tfds' folder:
     ``data_dir``)."""
-    from vit_keras.data import load_dataset
-    from vit_keras.pipeline import fit_images
-    from vit_keras.runs import data_split
+    from vit_keras.data.datasets import load_dataset
+    from vit_keras.data.pipeline import fit_images
+    from vit_keras.training.runs import data_split
 
     from .export import load_vit
     from .graph import keras_scores

@@ -187,7 +187,7 @@ def torch_cases():
 
 
 def check_resample_matrix():
-    """vit_keras.position.resample_matrix vs torch bicubic antialias=True, in float64 and float32."""
+    """vit_keras.models.position.resample_matrix vs torch bicubic antialias=True, in float64 and float32."""
     source = open(os.path.join(ROOT, "vit_keras", "position.py")).read()
     start, end = source.index("def _cubic"), source.index("def resize_position_embedding")
     helpers = {"np": np}

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from vit_keras.constants import QUANTIZATIONS
-from vit_keras.data import FASHION_MNIST_CLASSES, load_arrays
+from vit_keras.data.datasets import FASHION_MNIST_CLASSES, load_arrays
 
 FASHION_VIT = dict(image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1,
                    num_classes=10, include_preprocessing=True)

@@ -1,6 +1,6 @@
 """Fixtures shared by several test files: Fashion-MNIST arrays and the app's tiny exported ViTs.
 
-Fashion-MNIST is read by the library's own loader (``vit_keras.data``); ``test_data.py`` tests that reader against
+Fashion-MNIST is read by the library's own loader (``vit_keras.data.datasets``); ``test_data.py`` tests that reader against
 hand-written IDX files, so the other tests need no reader of their own. Plain helpers that are not fixtures live in
 ordinary modules (``app_models.py``, ``weight_checkpoints.py``): a conftest is not reliably importable by name.
 """
@@ -8,7 +8,7 @@ ordinary modules (``app_models.py``, ``weight_checkpoints.py``): a conftest is n
 import pytest
 
 from app_models import shared_models
-from vit_keras.data import load_arrays
+from vit_keras.data.datasets import load_arrays
 
 
 def read_only(arrays):

@@ -308,7 +308,7 @@ def test_classifier_applies_per_channel_metadata(tmp_path, fashion_test):
     from vit_keras.convert.export import classifier_metadata
     from vit_keras.convert.graph import concrete_function
     from vit_keras.convert.metadata import populate
-    from vit_keras.normalization import pixel_normalization
+    from vit_keras.models.normalization import pixel_normalization
 
     model = per_channel_model()
     folder, rgb = colour_images(tmp_path / "images", fashion_test, count=10)

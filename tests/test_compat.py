@@ -13,9 +13,10 @@ import pytest
 from PIL import Image
 
 from vit_keras import vit, utils, visualize  # the old package's import line
-from vit_keras.models import VisionTransformer, create_model
-from vit_keras.weights import model_arrays
-from vit_keras.weights_fetch import DownloadError, cache_path
+from vit_keras.models.vision_transformer import VisionTransformer
+from vit_keras.factory import create_model
+from vit_keras.weights.loader import model_arrays
+from vit_keras.weights.fetch import DownloadError, cache_path
 
 
 @pytest.fixture
@@ -36,9 +37,11 @@ def closed_port():
 
 def test_submodules_import():
     import vit_keras
-    import vit_keras.vit
+    import vit_keras.compat.vit
 
-    assert vit_keras.vit is vit and vit.vit_b16 is not vit_keras.vit_b16  # the old API, not models.vit_b16
+    assert vit_keras.vit is vit_keras.compat.vit is vit  # the old module name still reaches the old API
+    with pytest.raises(AttributeError, match="create_model"):
+        vit_keras.vit_b16  # noqa: B018  (one name, one meaning: the library builds named models with create_model)
     assert callable(utils.get_imagenet_classes) and callable(visualize.attention_map)
 
 

@@ -16,7 +16,7 @@ from vit_keras.convert import int8 as int8_export
 from vit_keras.convert import metadata as tflite_metadata
 from vit_keras.convert.graph import keras_scores
 from vit_keras.convert.verify import delegation_report, format_table, predict, verify
-from vit_keras.data import FASHION_MNIST_CLASSES as LABELS
+from vit_keras.data.datasets import FASHION_MNIST_CLASSES as LABELS
 
 
 @pytest.fixture(scope="module")

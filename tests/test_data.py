@@ -1,4 +1,4 @@
-"""vit_keras.data and vit_keras.pipeline: real Fashion-MNIST, image folders, a local tfds dataset, tf.data."""
+"""vit_keras.data.datasets and vit_keras.data.pipeline: real Fashion-MNIST, image folders, a local tfds dataset, tf.data."""
 
 import gzip
 import os
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_keras import data as vdata
-from vit_keras.pipeline import make_dataset, random_resized_crop
+from vit_keras.data import datasets as vdata
+from vit_keras.data.pipeline import make_dataset, random_resized_crop
 
 
 def test_fashion_mnist_from_debian_idx_files():
@@ -245,7 +245,7 @@ def erased_rectangles(x, background):
 def test_random_erasing_replaces_one_rectangle_of_some_images_in_training_only(pipeline):
     """Random erasing (Zhong et al.): each training image, with the probability asked, gets one rectangle of
     noise covering 2-40% of it; evaluation batches are untouched. Both pipelines draw the same distribution."""
-    from vit_keras.array_pipeline import make_batches
+    from vit_keras.data.array_pipeline import make_batches
 
     images, labels = np.full((512, 28, 28, 1), 100, np.uint8), np.arange(512) % 10
     kw = dict(num_classes=10, image_size=32, batch_size=512, augment="none", erase=0.5, seed=1)

@@ -1,4 +1,4 @@
-"""vit_keras.distill: DeiT's hard-label distillation from a small CNN, in both input pipelines and in train()."""
+"""vit_keras.training.distill: DeiT's hard-label distillation from a small CNN, in both input pipelines and in train()."""
 
 import json
 import re
@@ -7,9 +7,11 @@ import keras
 import numpy as np
 import pytest
 
-from vit_keras import distill, runs, train
-from vit_keras.array_pipeline import make_batches
-from vit_keras.pipeline import make_dataset
+from vit_keras.training import distill
+from vit_keras.training import runs
+from vit_keras.training import train
+from vit_keras.data.array_pipeline import make_batches
+from vit_keras.data.pipeline import make_dataset
 
 TINY = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1)
 

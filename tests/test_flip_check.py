@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from vit_keras import flip_check
+from vit_keras.data import flip_check
 
 
 def test_clothes_keep_their_labels_when_flipped(fashion_train):
@@ -46,7 +46,7 @@ def test_too_few_images_is_a_clear_error():
 def digits_data():
     from sklearn.datasets import load_digits
 
-    from vit_keras.data import ArrayDataset
+    from vit_keras.data.datasets import ArrayDataset
 
     digits = load_digits()
     images = np.clip(digits.images * 16, 0, 255).astype(np.uint8)[..., None]
@@ -54,8 +54,8 @@ def digits_data():
 
 
 def test_training_turns_the_recipes_flips_off_on_digits_and_warns_when_asked(capsys):
-    from vit_keras.train import choose_flips
-    from vit_keras.train_config import TrainConfig
+    from vit_keras.training.train import choose_flips
+    from vit_keras.training.config import TrainConfig
 
     data = digits_data()
     assert TrainConfig("folder:x").augment == "flip"  # the recipe's default
@@ -69,9 +69,9 @@ def test_training_turns_the_recipes_flips_off_on_digits_and_warns_when_asked(cap
 
 
 def test_training_keeps_flips_on_clothes(fashion_train, capsys):
-    from vit_keras.data import ArrayDataset
-    from vit_keras.train import choose_flips
-    from vit_keras.train_config import TrainConfig
+    from vit_keras.data.datasets import ArrayDataset
+    from vit_keras.training.train import choose_flips
+    from vit_keras.training.config import TrainConfig
 
     images, labels = fashion_train[:2]
     data = ArrayDataset(images[:5000], labels[:5000], [str(i) for i in range(10)])

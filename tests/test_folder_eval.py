@@ -23,7 +23,7 @@ def make_folder(root, classes=("a", "b"), per_class=10):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A model 'trained' on folder `train`: a tiny ViT and the config.json a run records."""
-    from vit_keras import train
+    from vit_keras.training import train
 
     root = tmp_path_factory.mktemp("eval")
     make_folder(root / "train")

@@ -6,10 +6,10 @@ import pytest
 import vit_keras  # noqa: F401  (registers the layers)
 import keras
 from keras import ops
-from vit_keras.encoder import MultiHeadSelfAttention, TransformerBlock
-from vit_keras.layers import DropPath, PatchEncoder, Patches
-from vit_keras.readout import TokenPooling
-from vit_keras.stems import ConvStem, ResNetV2Stem, StdConv2D
+from vit_keras.models.encoder import MultiHeadSelfAttention, TransformerBlock
+from vit_keras.models.layers import DropPath, PatchEncoder, Patches
+from vit_keras.models.readout import TokenPooling
+from vit_keras.models.stems import ConvStem, ResNetV2Stem, StdConv2D
 
 
 def test_patches_shape_and_order_rectangular():
@@ -249,13 +249,13 @@ def test_keras_base_keywords_still_pass_to_layers():
 
 
 def test_layers_that_moved_still_import_from_layers():
-    """The encoder's layers and the readout moved to modules of their own; ``vit_keras.layers`` still has them."""
-    import vit_keras.encoder
-    import vit_keras.layers
-    import vit_keras.readout
+    """The encoder's layers and the readout moved to modules of their own; ``vit_keras.models.layers`` still has them."""
+    import vit_keras.models.encoder
+    import vit_keras.models.layers
+    import vit_keras.models.readout
 
-    assert vit_keras.layers.TransformerBlock is vit_keras.encoder.TransformerBlock is vit_keras.TransformerBlock
-    assert vit_keras.layers.MultiHeadSelfAttention is vit_keras.encoder.MultiHeadSelfAttention
-    assert vit_keras.layers.TokenPooling is vit_keras.readout.TokenPooling
+    assert vit_keras.models.layers.TransformerBlock is vit_keras.models.encoder.TransformerBlock is vit_keras.TransformerBlock
+    assert vit_keras.models.layers.MultiHeadSelfAttention is vit_keras.models.encoder.MultiHeadSelfAttention
+    assert vit_keras.models.layers.TokenPooling is vit_keras.models.readout.TokenPooling
     with pytest.raises(AttributeError, match="no attribute 'Missing'"):
-        vit_keras.layers.Missing
+        vit_keras.models.layers.Missing

@@ -5,9 +5,9 @@ import pytest
 
 import keras
 import vit_keras
-from vit_keras import train
-from vit_keras.inference import split_sizes
-from vit_keras.microbatch import _reseed, enable_micro_batches
+from vit_keras.training import train
+from vit_keras.inference.predict import split_sizes
+from vit_keras.training.microbatch import _reseed, enable_micro_batches
 
 TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, num_classes=5)
 

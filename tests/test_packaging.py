@@ -68,7 +68,7 @@ def test_wheel_holds_one_package_with_the_timm_script(wheel):
     dist_info = wheel.name.split("-py3")[0] + ".dist-info"  # vit_keras3-0.1.0.dist-info
     top = {name.split("/")[0] for name in names}
     assert top == {"vit_keras", dist_info}, top
-    for path in ("vit_keras/timm_inference.py", "vit_keras/convert/export.py", "vit_keras/apps/cli.py",
+    for path in ("vit_keras/inference/timm_reference.py", "vit_keras/convert/export.py", "vit_keras/apps/cli.py",
                  "vit_keras/apps/quiet.py", "vit_keras/apps/commands/bench.py"):
         assert path in names
     entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()

@@ -1,4 +1,4 @@
-"""vit_keras.train and the train/evaluate commands: recipe, precision, tf.distribute, resumption, NaN, CLI."""
+"""vit_keras.training.train and the train/evaluate commands: recipe, precision, tf.distribute, resumption, NaN, CLI."""
 
 import dataclasses
 import json
@@ -18,9 +18,10 @@ import tensorflow as tf
 
 import vit_keras
 from vit_keras.apps import cli
-from vit_keras import runs, train
-from vit_keras.data import FASHION_MNIST_CLASSES
-from vit_keras.pipeline import make_dataset
+from vit_keras.training import runs
+from vit_keras.training import train
+from vit_keras.data.datasets import FASHION_MNIST_CLASSES
+from vit_keras.data.pipeline import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1)
@@ -491,7 +492,7 @@ import sys, json, numpy as np, tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from vit_keras import train
+from vit_keras.training import train
 # Adam moves a weight whose gradient is ~0 by up to the LR per step whatever its rounding: a fixed, small LR
 # keeps the tolerance below independent of the recipe's.
 kw = dict(limit=256, epochs=1, batch_size=64, learning_rate=1e-3, augment="none", jit_compile=False, verbose=0,
@@ -520,11 +521,11 @@ import sys, json, numpy as np, tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from vit_keras import train
+from vit_keras.training import train
 # Adam is blind to the gradient's scale; SGD is not, so it also checks that the replicas' gradients are averaged
 # over the global batch (a sum would double every step). A plain patch embedding: no BatchNorm here.
-from vit_keras.data import load_dataset
-from vit_keras.pipeline import make_dataset
+from vit_keras.data.datasets import load_dataset
+from vit_keras.data.pipeline import make_dataset
 data = load_dataset("fashion_mnist", "train", limit=256)
 plain = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, stem=None)
 sgd = {}
@@ -554,9 +555,9 @@ def test_mirrored_strategy_averages_gradients_over_the_global_batch():
 
 MULTI_WORKER_SGD = """
 import sys, numpy as np, keras
-from vit_keras import train
-from vit_keras.data import load_dataset
-from vit_keras.pipeline import make_dataset
+from vit_keras.training import train
+from vit_keras.data.datasets import load_dataset
+from vit_keras.data.pipeline import make_dataset
 # SGD, unlike Adam, is linear in the gradient: workers that never synced, or summed their gradients instead of
 # averaging them over the global batch, end far from one worker's weights.
 strategy = train.get_strategy(sys.argv[2])

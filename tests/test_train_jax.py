@@ -1,6 +1,6 @@
 """Training under Keras's JAX backend: the CLI's run folder, DataParallel over two devices, resumption after a
 SIGKILL, the NaN stop, mixed precision, the backend's strategy choices, a JAX-trained model's TFLite export; a
-PyTorch run; and the NumPy input pipeline (vit_keras.array_pipeline) against the tf.data one.
+PyTorch run; and the NumPy input pipeline (vit_keras.data.array_pipeline) against the tf.data one.
 
 Keras picks its backend once per process, so each JAX part runs in a subprocess with KERAS_BACKEND=jax; the
 pipeline comparisons and the export run here, under TensorFlow.
@@ -20,7 +20,8 @@ import pytest
 import tensorflow as tf
 
 import vit_keras
-from vit_keras import array_pipeline, pipeline
+from vit_keras.data import array_pipeline
+from vit_keras.data import pipeline
 from vit_keras.apps import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -118,9 +119,10 @@ def test_sigkill_mid_epoch_then_rerun_resumes_under_jax(tmp_path):
 DATA_PARALLEL = """
 import json, sys
 import jax, keras, numpy as np
-from vit_keras import strategies, train
-from vit_keras.array_pipeline import make_batches
-from vit_keras.data import load_dataset
+from vit_keras.training import strategies
+from vit_keras.training import train
+from vit_keras.data.array_pipeline import make_batches
+from vit_keras.data.datasets import load_dataset
 # SGD, unlike Adam, is linear in the gradient: devices that summed their gradients instead of averaging them over
 # the global batch, or never combined them, end far from one device's weights. No BatchNorm (a plain patch embedding).
 data = load_dataset("fashion_mnist", "train", limit=256)
@@ -162,9 +164,11 @@ def test_data_parallel_over_two_devices_matches_one_device(tmp_path):
 NAN_STOP = """
 import json, sys
 import keras, numpy as np
-from vit_keras import runs, train, VisionTransformer
-from vit_keras.array_pipeline import make_batches
-from vit_keras.data import load_dataset
+from vit_keras import VisionTransformer
+from vit_keras.training import runs
+from vit_keras.training import train
+from vit_keras.data.array_pipeline import make_batches
+from vit_keras.data.datasets import load_dataset
 
 data = load_dataset("fashion_mnist", "train", limit=256)
 keras.utils.set_random_seed(0)

@@ -16,9 +16,10 @@ import pytest
 
 import vit_keras
 import weight_checkpoints as wc
-from vit_keras import position, weights
-from vit_keras.weights_fetch import DownloadError
-from vit_keras.weights_torch import canonical_torch
+from vit_keras.models import position
+from vit_keras.weights import loader as weights
+from vit_keras.weights.fetch import DownloadError
+from vit_keras.weights.torch import canonical_torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, wc.FIXTURES)

@@ -12,32 +12,43 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up 
 
 __version__ = "0.1.0"
 
-# public name -> the submodule that defines it
+# public name -> the module that defines it
 _EXPORTS = {
-    "inference": ("predict", "predict_function"),
-    "microbatch": ("enable_micro_batches",),
-    "layers": ("DropPath", "PatchEncoder", "Patches"),
-    "encoder": ("MultiHeadSelfAttention", "TransformerBlock"),
-    "readout": ("TokenPooling",),
-    "models": (
-        "MODELS", "VARIANTS", "VisionTransformer", "create_model", "list_models", "load_model", "model_config",
-        "resize_model", "vit_b8", "vit_b16", "vit_b32", "vit_h14", "vit_l16", "vit_l32",
-        "vit_r26_s32", "vit_r50_b16", "vit_r50_l32", "vit_s16", "vit_s32", "vit_ti16",
-    ),
-    "position": ("resize_position_embedding",),
-    "stems": ("ConvStem", "ResNetV2Stem", "StdConv2D"),
+    "inference.predict": ("predict", "predict_function"),
+    "training.microbatch": ("enable_micro_batches",),
+    "models.layers": ("DropPath", "PatchEncoder", "Patches"),
+    "models.encoder": ("MultiHeadSelfAttention", "TransformerBlock"),
+    "models.readout": ("TokenPooling",),
+    "models.vision_transformer": ("VisionTransformer", "load_model", "resize_model"),
+    "models.configs": ("MODELS", "VARIANTS", "list_models", "model_config"),
+    "models.position": ("resize_position_embedding",),
+    "models.stems": ("ConvStem", "ResNetV2Stem", "StdConv2D"),
+    "factory": ("create_model",),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+# Module names from before the subpackages: ``from vit_keras import vit, utils`` (the old vit-keras API) and
+# ``from vit_keras import train`` keep working.
+_MOVED = {
+    "vit": "compat.vit", "utils": "compat.utils", "train": "training.train", "pipeline": "data.pipeline",
+    "array_pipeline": "data.array_pipeline", "flip_check": "data.flip_check", "distill": "training.distill",
+    "runs": "training.runs", "evaluation": "training.evaluation", "strategies": "training.strategies",
+    "backends": "training.backends", "microbatch": "training.microbatch", "train_config": "training.config",
+}
 
 __all__ = sorted(_WHERE)
 
 
 def __getattr__(name):
-    module = _WHERE.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    elif name in _MOVED:
+        value = importlib.import_module(f".{_MOVED[name]}", __name__)
+    elif name.startswith("vit_"):  # the per-name factories that were here
+        raise AttributeError(f"vit_keras.{name} is gone: build named models with vit_keras.create_model({name!r}, "
+                             f"...). (vit_keras.vit.{name} is the old vit-keras API, which downloads weights.)")
     elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        value = importlib.import_module(f".{name}", __name__)  # a submodule: vit_keras.vit, vit_keras.train, ...
+        value = importlib.import_module(f".{name}", __name__)  # a subpackage: vit_keras.models, vit_keras.data, ...
     else:
         raise AttributeError(f"module 'vit_keras' has no attribute {name!r}")
     globals()[name] = value  # later look-ups skip this function

@@ -6,7 +6,7 @@ loading Keras or TensorFlow.
 
 # Training
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-# The Keras backends vit-keras trains on, and the distribution strategies each has (vit_keras.strategies).
+# The Keras backends vit-keras trains on, and the distribution strategies each has (vit_keras.training.strategies).
 BACKENDS = ("tensorflow", "jax", "torch")
 BACKEND_STRATEGIES = {
     "tensorflow": ("auto", "default", "mirrored", "multi_worker", "tpu"),  # tf.distribute
@@ -14,15 +14,15 @@ BACKEND_STRATEGIES = {
     "torch": ("auto", "default"),  # one device: Keras's torch trainer has no distribution
 }
 STRATEGIES = tuple(dict.fromkeys(name for names in BACKEND_STRATEGIES.values() for name in names))  # all of them
-RECIPES = ("quick", "long")  # the hyper-parameter tables are in vit_keras.train_config
+RECIPES = ("quick", "long")  # the hyper-parameter tables are in vit_keras.training.config
 AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
-# A CNN teacher's labels (vit_keras.distill): "auto" distills where the recipe's ViT trains on small data.
+# A CNN teacher's labels (vit_keras.training.distill): "auto" distills where the recipe's ViT trains on small data.
 DISTILLATIONS = ("auto", "cnn", "none")
 SPLITS = ("train", "val", "test")
 
 # Model options
 POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
-POOLINGS = ("token", "gap", "sequence")  # eq. 4's readout: vit_keras.readout
+POOLINGS = ("token", "gap", "sequence")  # eq. 4's readout: vit_keras.models.readout
 
 # Export and the device runtimes
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")

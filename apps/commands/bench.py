@@ -12,7 +12,7 @@ def add_arguments(parser):
 
 
 def run(args):
-    from vit_keras.bench import main
+    from vit_keras.inference.bench import main
 
     main(args.models, args.batch_size, args.image_size, args.repeats, args.timm_python)
     return 0

@@ -30,10 +30,10 @@ def run(args):
         raise ValueError(f"MODEL must be a .keras file; got {args.model!r}.")
     if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
         raise ValueError("--batch-size and --limit must be positive integers.")
-    from vit_keras.data import load_dataset
-    from vit_keras.evaluation import evaluate_arrays, format_report
-    from vit_keras.models import load_model
-    from vit_keras.runs import data_split
+    from vit_keras.data.datasets import load_dataset
+    from vit_keras.training.evaluation import evaluate_arrays, format_report
+    from vit_keras.models.vision_transformer import load_model
+    from vit_keras.training.runs import data_split
     from vit_keras.visualize import plot_confusion_matrix
 
     model = load_model(args.model)

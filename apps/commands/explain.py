@@ -33,7 +33,7 @@ def run(args):
     import numpy as np
 
     from vit_keras import visualize
-    from vit_keras.models import load_model
+    from vit_keras.models.vision_transformer import load_model
 
     model = load_model(args.model)
     labels = read_labels(args.model, args.labels)

@@ -32,8 +32,8 @@ def sample_images(args, model):
 
     if args.images:
         return np.stack([visualize.load_image(path, model) for path in args.images])
-    from vit_keras.data import load_arrays
-    from vit_keras.pipeline import fit_images
+    from vit_keras.data.datasets import load_arrays
+    from vit_keras.data.pipeline import fit_images
 
     images, _, _ = load_arrays(args.data, split="test", limit=args.limit, seed=0, image_size=model.input_shape[1:3])
     return fit_images(images, model.input_shape[1:3], model.input_shape[3]).astype("float32")
@@ -46,8 +46,8 @@ def run(args):
         raise ValueError(f"--components must be >= 1; got {args.components}.")
     from vit_keras import visualize
     from vit_keras.files import write_text
-    from vit_keras.models import load_model
-    from vit_keras.normalization import describe, pixel_normalization
+    from vit_keras.models.vision_transformer import load_model
+    from vit_keras.models.normalization import describe, pixel_normalization
 
     model = load_model(args.model)
     os.makedirs(args.out, exist_ok=True)

@@ -89,7 +89,7 @@ def add_arguments(parser):
 
 def check_args(args):
     """Early, clear errors for values argparse cannot check (the Keras backend's among them)."""
-    from vit_keras.backends import check_backend, check_strategy
+    from vit_keras.training.backends import check_backend, check_strategy
 
     check_strategy(args.strategy, check_backend(), name="--strategy")
     for name in ("epochs", "batch_size", "image_size", "limit", "backup_every", "steps_per_execution",
@@ -116,7 +116,7 @@ def check_args(args):
     if args.weights and not args.weights.startswith(("http://", "https://")) and not os.path.exists(args.weights):
         raise FileNotFoundError(f"--weights {args.weights!r} does not exist.")
     if args.model is not None:
-        from vit_keras.models import MODELS
+        from vit_keras.models.configs import MODELS
 
         if args.model not in MODELS:
             raise ValueError(f"--model {args.model!r} is unknown; valid names are {', '.join(sorted(MODELS))}.")
@@ -146,7 +146,7 @@ def check_export_args(args):
 
 def run(args):
     check_args(args)
-    from vit_keras import train
+    from vit_keras.training import train
 
     try:
         config = train.train(

@@ -1,0 +1,1 @@
+"""The API of faustomorales/vit-keras, on this package's models: ``from vit_keras import vit, utils`` still works."""

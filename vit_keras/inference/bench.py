@@ -1,0 +1,133 @@
+"""Inference throughput of the paper's models, and how close it comes to the machine's matmul peak.
+
+    vit-keras bench [--timm-python /path/to/python-with-timm]
+
+Prints images/s for ViT-Ti/16, S/16 and B/16 at 224, batch 16, float32, with XLA
+on and off, the fraction of the measured fp32 matmul peak, and timm's figures
+measured in the same run by a child process (``--timm-python``: an interpreter
+that has timm; by default this one) right after ours.
+"""
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from vit_keras.models.configs import MODELS, VARIANTS
+
+DEFAULT_MODELS = ("vit_ti16", "vit_s16", "vit_b16")
+TIMM_NAMES = {"vit_ti16": "vit_tiny_patch16_224", "vit_s16": "vit_small_patch16_224",
+              "vit_b16": "vit_base_patch16_224", "vit_s32": "vit_small_patch32_224",
+              "vit_b32": "vit_base_patch32_224"}
+
+
+def vit_flops(name, image_size=224, num_classes=1000):
+    """Multiply-add FLOPs (x2) that one image costs a plain ViT: the matmuls, which are ~all of it.
+
+    The last block computes qkv for all T tokens but the rest for the class token alone (``query_tokens=1``).
+    """
+    variant, patch, stem = MODELS[name]
+    if stem:
+        raise ValueError(f"vit_flops counts plain ViTs only; got the hybrid {name!r}.")
+    cfg = VARIANTS[variant]
+    d, m, layers = cfg["hidden_size"], cfg["mlp_dim"], cfg["num_layers"]
+    n = (image_size // patch) ** 2
+    t = n + 1
+
+    def block(queries):
+        return 2 * t * d * 3 * d + 2 * 2 * queries * t * d + 2 * queries * d * d + 2 * 2 * queries * d * m
+
+    return 2 * n * patch * patch * 3 * d + (layers - 1) * block(t) + block(1) + 2 * d * num_classes
+
+
+def timed(fn, warmup=2, repeats=5):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak_gflops(size=1024, repeats=20, concurrent=1):
+    """Sustained fp32 GEMM rate of this machine through TensorFlow (the ceiling for a ViT).
+
+    ``concurrent`` independent GEMMs per call run side by side in the inter-op pool, as the micro-batched
+    paths run theirs: TensorFlow's one GEMM on two threads leaves part of the second core unused.
+    """
+    import tensorflow as tf
+
+    pairs = [(tf.random.normal((size, size)), tf.random.normal((size, size))) for _ in range(concurrent)]
+    step = tf.function(lambda: tf.add_n([tf.reduce_sum(tf.matmul(a, b)) for a, b in pairs]))
+    seconds = timed(lambda: [step() for _ in range(repeats)][-1].numpy()) / repeats
+    return concurrent * 2 * size ** 3 / seconds / 1e9
+
+
+MODES = {"xla": (True, 1), "no-xla": (False, 1), "micro": (True, 4)}  # (jit_compile, micro-batches)
+
+
+def keras_throughput(name, batch, image_size, repeats):
+    """Images/s of ``name`` in each of MODES: plain XLA, plain graph, and 4 concurrent XLA micro-batches."""
+    import keras
+    import tensorflow as tf
+
+    from vit_keras.inference.predict import predict_function
+    from vit_keras.factory import create_model
+
+    keras.backend.clear_session()
+    model = create_model(name, image_size=image_size)
+    images = tf.random.normal((batch, image_size, image_size, 3))
+    forwards = {mode: predict_function(model, micro, jit) for mode, (jit, micro) in MODES.items()}
+    for forward in forwards.values():  # compile all first, then time them in turns: a shared CPU drifts
+        forward(images).numpy()
+    times = {mode: [] for mode in MODES}
+    for _ in range(repeats):
+        for mode, forward in forwards.items():
+            times[mode].append(timed(lambda: forward(images).numpy(), warmup=0, repeats=1))
+    return {mode: batch / statistics.median(t) for mode, t in times.items()}
+
+
+def timm_throughput(python, names, batch, image_size, repeats):
+    """timm's images/s, measured by timm_reference.py in ``python`` (or this interpreter).
+
+    The script is run by path, so ``python`` needs torch and timm but not vit_keras."""
+    script = Path(__file__).with_name("timm_reference.py")
+    names = [n for n in names if n in TIMM_NAMES]
+    command = [python or sys.executable, str(script), "--batch-size", str(batch), "--image-size", str(image_size),
+               "--repeats", str(repeats), *[TIMM_NAMES[n] for n in names]]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        print(f"(timm not measured: {result.stderr.strip().splitlines()[-1] if result.stderr else 'failed'})")
+        return {}
+    rates = json.loads(result.stdout.strip().splitlines()[-1])
+    return {n: rates[TIMM_NAMES[n]] for n in names}
+
+
+def main(names=DEFAULT_MODELS, batch=16, image_size=224, repeats=5, timm_python=None):
+    unsupported = [name for name in names if MODELS.get(name, (None, None, "unknown"))[2]]
+    if unsupported:  # before minutes of timing: the %-of-peak column counts plain ViTs' matmuls only
+        plain = ", ".join(name for name, (_, _, stem) in MODELS.items() if not stem)
+        raise ValueError(f"`models` {unsupported} are not plain ViT names; bench measures {plain}.")
+    # the best of two GEMM sizes, alone and two at a time: one run swings by 20% on a small shared CPU
+    peak = max(matmul_peak_gflops(size, repeats, concurrent) for size, repeats in ((1024, 20), (2048, 5))
+               for concurrent in (1, 2))
+    print(f"fp32 matmul peak (TensorFlow GEMM, best of 1024^3 and 2048^3, one or two at a time): {peak:.1f} GFLOPS")
+    ours = {name: keras_throughput(name, batch, image_size, repeats) for name in names}
+    theirs = timm_throughput(timm_python, names, batch, image_size, repeats)
+    header = (f"{'model':10} {'XLA':>7} {'no-XLA':>7} {'XLA x4 micro':>13} {'% of peak':>10} {'timm':>7} "
+              f"{'best/timm':>10}")
+    print(f"\ninference img/s, batch {batch}, {image_size}x{image_size}, float32 "
+          "(x4 micro: vit_keras.predict_function, 4 concurrent micro-batches)\n" + header)
+    for name in names:
+        rates = ours[name]
+        best = max(rates.values())
+        fraction = best * vit_flops(name, image_size) / 1e9 / peak
+        timm = theirs.get(name)
+        timm_text = f"{timm:7.1f} {best / timm:10.2f}" if timm else f"{'-':>7} {'-':>10}"
+        print(f"{name:10} {rates['xla']:7.1f} {rates['no-xla']:7.1f} {rates['micro']:13.1f} {100 * fraction:9.0f}% "
+              f"{timm_text}")
+    return ours, theirs

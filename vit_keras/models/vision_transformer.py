@@ -1,0 +1,305 @@
+"""The ViT model: configs table, ``VisionTransformer`` and ``create_model``.
+
+    image -> [Rescaling] -> [stem] -> PatchEncoder -> TransformerBlock x L -> LayerNorm
+          -> pooling (token | gap | sequence) -> [pre_logits tanh] -> head
+
+Under token pooling the last block computes the class token alone (``query_tokens=1``):
+its other outputs are never read, so the logits and gradients are the same for less work.
+
+``VisionTransformer`` is a functional Keras model whose constructor arguments are
+its config, so it saves to ``.keras`` and reloads with ``safe_mode=True``.
+"""
+
+import copy
+import inspect
+import os
+
+import keras
+import numpy as np
+from keras import ops
+
+from vit_keras.models import stems
+from vit_keras.constants import POOLINGS, POSITION_EMBEDDINGS
+from vit_keras.models.normalization import CHECKPOINT, check_normalization, rescaling_layer
+from vit_keras.models.encoder import TransformerBlock
+from vit_keras.models.layers import (
+    PatchEncoder,
+    check_choice,
+    check_divisible,
+    pair,
+    register,
+)
+from vit_keras.models.readout import TokenPooling
+from vit_keras.models.position import resize_axis_embedding, resize_position_embedding
+from vit_keras.validation import check_keywords
+
+STEMS = (None, *stems.RESNET_STEMS, "conv")
+CONFIG_KEYS = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_layers")
+
+# The names of a VisionTransformer's layers, by part: saved files and the export graph find the parts by them.
+LAYER_NAMES = dict(preprocessing="preprocessing", stem="stem", patch_encoder="embedding",
+                   encoder_norm="encoder_norm", pooling_layer="pool", pre_logits="pre_logits", head="head")
+BLOCK_NAME = "encoderblock_{}"
+
+
+def _part(part, doc):
+    """A VisionTransformer property: the layer for ``part`` (see LAYER_NAMES), or None where the model has none."""
+    name = LAYER_NAMES[part]
+    return property(lambda model: next((layer for layer in model.layers if layer.name == name), None), doc=doc)
+
+
+@register
+class VisionTransformer(keras.Model):
+    """A ViT (or hybrid) as a functional model.
+
+    Input: (B, H, W, channels) images normalized as (pixel / 255 - pixel_mean) / pixel_std per channel
+    (None: the Google checkpoints' 0.5, i.e. pixel / 127.5 - 1), or raw 0-255 pixels when
+    ``include_preprocessing=True`` (the "preprocessing" layer then normalizes them).
+    pixel_mean, pixel_std: ``channels`` values in [0, 1] (timm's units), or a preset name ('imagenet', 'inception').
+    Output: logits (B, num_classes), or pooled features (B, D) without the top.
+    For small data (Lee et al. 2021; Hassani et al. 2021): ``locality_attention=True`` (every block's MSA masks
+    its diagonal and learns its temperature) and ``pooling="sequence"``.
+    """
+
+    def __init__(
+        self,
+        image_size=224,
+        patch_size=16,
+        hidden_size=768,
+        num_heads=12,
+        mlp_dim=3072,
+        num_layers=12,
+        num_classes=1000,
+        channels=3,
+        pooling="token",
+        position_embedding="learned",
+        class_token=None,
+        stem=None,
+        dropout=0.0,
+        attention_dropout=0.0,
+        drop_path=0.0,
+        representation_size=None,
+        include_top=True,
+        include_preprocessing=False,
+        pixel_mean=None,
+        pixel_std=None,
+        norm_epsilon=1e-6,
+        gelu_approximate=False,
+        locality_attention=False,
+        name="vit",
+        **kwargs,
+    ):
+        check_keywords(kwargs, VIT_KEYWORDS, "VisionTransformer")
+        check_choice(pooling, "pooling", POOLINGS)
+        check_choice(position_embedding, "position_embedding", POSITION_EMBEDDINGS)
+        check_choice(stem, "stem", STEMS)
+        image_size = pair(image_size, "image_size")
+        for key, value in dict(hidden_size=hidden_size, num_heads=num_heads, num_layers=num_layers, mlp_dim=mlp_dim,
+                               channels=channels, representation_size=representation_size or 1).items():
+            if int(value) < 1:
+                raise ValueError(f"`{key}` must be a positive int; got {value}.")
+        if hidden_size % num_heads:
+            raise ValueError(f"`hidden_size`={hidden_size} must be divisible by `num_heads`={num_heads}.")
+        for key, value in dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path).items():
+            if not 0.0 <= float(value) < 1.0:
+                raise ValueError(f"`{key}` is a rate: it must be in [0, 1); got {value}.")
+        if not float(norm_epsilon) > 0:
+            raise ValueError(f"`norm_epsilon` must be > 0; got {norm_epsilon}.")
+        if include_top and int(num_classes) < 1:
+            raise ValueError(f"`num_classes` must be >= 1 with include_top=True; got {num_classes}.")
+        if class_token is None:
+            class_token = pooling == "token"
+        pixel_mean, pixel_std = check_normalization(pixel_mean, pixel_std, int(channels))
+        config = dict(
+            image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_heads=num_heads,
+            mlp_dim=mlp_dim, num_layers=num_layers, num_classes=num_classes, channels=channels,
+            pooling=pooling, position_embedding=position_embedding, class_token=class_token, stem=stem,
+            dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path,
+            representation_size=representation_size, include_top=include_top,
+            include_preprocessing=include_preprocessing, pixel_mean=pixel_mean, pixel_std=pixel_std,
+            norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate, locality_attention=locality_attention,
+        )
+
+        images = keras.Input((*image_size, channels), name="images")
+        x = images
+        if include_preprocessing:
+            x = rescaling_layer(config, LAYER_NAMES["preprocessing"])(x)
+        stem_stride = 1
+        if stem is not None:
+            patch = pair(patch_size, "patch_size")
+            if patch[0] != patch[1]:
+                raise ValueError(f"`stem`={stem!r} downsamples both sides alike: `patch_size` must be square; "
+                                 f"got {patch_size}.")
+            if stem == "conv":
+                stem_layer = stems.ConvStem(patch[0], hidden_size, name=LAYER_NAMES["stem"])
+            else:
+                depths, width = stems.RESNET_STEMS[stem]
+                stem_layer = stems.ResNetV2Stem(depths, width, name=LAYER_NAMES["stem"])
+                if patch[0] != stem_layer.stride:
+                    raise ValueError(f"`stem`={stem!r} downsamples by {stem_layer.stride} and the encoder takes 1x1 "
+                                     f"patches of its feature map, so `patch_size` must be {stem_layer.stride}; "
+                                     f"got {patch_size}.")
+            stem_stride = stem_layer.stride
+            check_divisible(image_size, stem_stride, by=f"the {stem!r} stem's stride {stem_stride}")
+            x = stem_layer(x)
+        encoder_patch = 1 if stem else patch_size
+        grid = check_divisible((image_size[0] // stem_stride, image_size[1] // stem_stride), encoder_patch,
+                               what="image_size" if stem is None else "feature map size")
+        x = PatchEncoder(encoder_patch, hidden_size, grid, class_token=class_token,
+                         position_embedding=position_embedding, dropout=dropout,
+                         name=LAYER_NAMES["patch_encoder"])(x)
+        for i in range(num_layers):
+            rate = drop_path * i / max(num_layers - 1, 1)  # linearly increasing stochastic depth
+            readout = 1 if pooling == "token" and i == num_layers - 1 else None  # only z_L^0 is read out
+            x = TransformerBlock(num_heads, mlp_dim, dropout=dropout, attention_dropout=attention_dropout,
+                                 drop_path=rate, norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate,
+                                 query_tokens=readout, locality_attention=locality_attention,
+                                 name=BLOCK_NAME.format(i))(x)
+        x = keras.layers.LayerNormalization(epsilon=norm_epsilon, name=LAYER_NAMES["encoder_norm"])(x)
+        x = TokenPooling(pooling, class_token, name=LAYER_NAMES["pooling_layer"])(x)
+        if representation_size:
+            x = keras.layers.Dense(representation_size, activation="tanh", name=LAYER_NAMES["pre_logits"])(x)
+        if include_top:
+            x = keras.layers.Dense(num_classes, name=LAYER_NAMES["head"], dtype=_float32_policy())(x)
+        super().__init__(inputs=images, outputs=x, name=name, **kwargs)
+        self.vit_config = config
+
+    # Functional models rebuild from their constructor arguments, like keras-hub's backbones.
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **copy.deepcopy(dict(self.vit_config))}  # a plain dict: deep-copying the tracked one serializes the whole model
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def call(self, inputs, training=None, mask=None):
+        channels, got = self.vit_config["channels"], inputs.shape[-1]
+        if got is not None and got != channels:
+            raise ValueError(
+                f"{self.name} takes images with `channels`={channels} (shape (batch, "
+                f"{', '.join(map(str, self.vit_config['image_size']))}, {channels})); got shape {tuple(inputs.shape)}."
+            )
+        return super().call(inputs, training=training, mask=mask)
+
+    preprocessing = _part("preprocessing", "The Rescaling of 0-255 pixels by pixel_mean / pixel_std "
+                                           "(include_preprocessing=True), or None.")
+    stem = _part("stem", "The CNN stem (ResNetV2Stem or ConvStem), or None.")
+    patch_encoder = _part("patch_encoder", "The PatchEncoder: patch embedding, class token and E_pos (eq. 1).")
+    encoder_norm = _part("encoder_norm", "The LayerNormalization after the last block (eq. 4).")
+    pooling_layer = _part("pooling_layer", "The TokenPooling readout (class token, GAP or sequence pooling).")
+    pre_logits = _part("pre_logits", "The tanh representation layer (representation_size), or None.")
+    head = _part("head", "The classification Dense layer, or None with include_top=False.")
+
+    @property
+    def grid_size(self):
+        return self.patch_encoder.grid_size
+
+    @property
+    def blocks(self):
+        """The TransformerBlocks, in order (eq. 2-3)."""
+        return [layer for layer in self.layers if isinstance(layer, TransformerBlock)]
+
+    def rebuild(self, **changes):
+        """A new VisionTransformer of this config with ``changes`` applied, holding every weight that still fits.
+
+        Layers are matched by name, their weights by path and shape. The learned position tables are first
+        resampled to the new patch grid (fixed sincos tables are the new model's own), as for fine-tuning at
+        a higher resolution. A head that no longer fits starts at zero: the paper's fine-tuning (section 3.2).
+        """
+        model = VisionTransformer.from_config({**self.get_config(), **changes})
+        sources = {layer.name: layer for layer in self.layers}
+        for target in model.layers:
+            source = sources.get(target.name)
+            if source is None or type(source) is not type(target) or not target.weights:
+                continue
+            values = {_relative_path(source, v): ops.convert_to_numpy(v) for v in source.weights}
+            if isinstance(target, PatchEncoder):
+                values = _fit_position_tables(source, target, values)
+            fitting = [(variable, values.get(_relative_path(target, variable))) for variable in target.weights]
+            fitting = [(variable, value) for variable, value in fitting
+                       if value is not None and value.shape == tuple(variable.shape)]
+            if target is model.head and len(fitting) < len(target.weights):  # a new head
+                fitting = [(variable, np.zeros(variable.shape)) for variable in target.weights]
+            for variable, value in fitting:
+                variable.assign(value.astype(variable.dtype))
+        return model
+
+    def attention_maps(self, images, batch_size=32):
+        """Every block's attention weights for ``images``: a list of L arrays (B, heads, T, T)."""
+        per_layer = []
+        images = np.asarray(images, dtype="float32")
+        if images.ndim != 4 or not len(images):
+            raise ValueError(f"`images` must be a non-empty batch (B, H, W, C); got shape {images.shape}.")
+        for start in range(0, len(images), batch_size):
+            x = ops.convert_to_tensor(images[start:start + batch_size])
+            for layer in self.layers[1:]:
+                if isinstance(layer, TransformerBlock):
+                    x, weights = layer(x, return_attention_scores=True)
+                    per_layer.append(ops.convert_to_numpy(weights))
+                    continue
+                if layer is self.encoder_norm:
+                    break
+                x = layer(x)
+        n = len(self.blocks)
+        return [np.concatenate(per_layer[i::n]) for i in range(n)]
+
+
+VIT_KEYWORDS = frozenset(inspect.signature(VisionTransformer.__init__).parameters) - {"self", "kwargs"} | {"trainable"}
+
+
+def _relative_path(layer, variable):
+    """A weight's path inside its layer, e.g. 'attn/qkv/kernel' in a TransformerBlock."""
+    return variable.path.removeprefix(layer.path + "/")
+
+
+def _fit_position_tables(source, target, values):
+    """A PatchEncoder's weight values (relative path -> array) with E_pos refitted from ``source`` to ``target``."""
+    if source.position_embedding != target.position_embedding or source.position_embedding == "sincos_2d":
+        return {key: value for key, value in values.items() if not key.startswith("pos_")}  # no table carries over
+    old, new = source.grid_size, target.grid_size
+    if "pos_embedding" in values:
+        values["pos_embedding"] = resize_position_embedding(values["pos_embedding"], new, old, int(source.class_token))
+    for key, axis in (("pos_row", 0), ("pos_col", 1)):
+        if key in values:
+            values[key] = resize_axis_embedding(values[key], new[axis])
+    return values
+
+
+def _float32_policy():
+    """Logits stay float32 under mixed precision, for a stable softmax/loss."""
+    return "float32" if keras.mixed_precision.dtype_policy().name != "float32" else None
+
+
+def vision_transformer_of(model):
+    """The ``VisionTransformer`` in ``model``: the model itself, or the one it wraps (the old API's activations)."""
+    if isinstance(model, VisionTransformer):
+        return model
+    inner = [layer for layer in getattr(model, "layers", []) if isinstance(layer, VisionTransformer)]
+    if len(inner) != 1:
+        raise ValueError(f"`model` must be a vit_keras VisionTransformer or a model wrapping exactly one; "
+                         f"got {type(model).__name__} with {len(inner)}.")
+    return inner[0]
+
+
+def load_model(path):
+    """A saved VisionTransformer (.keras, safe mode), with a clear error for a missing or foreign file."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"`model` file {path!r} does not exist.")
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as error:  # Keras raises many types for a foreign file
+        raise ValueError(f"`model` file {path!r} is not a Keras model saved by vit_keras: {error}") from error
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"`model` file {path!r} holds a {type(model).__name__}, not a vit_keras VisionTransformer "
+                         "(vit_keras.create_model / VisionTransformer).")
+    return model
+
+
+def resize_model(model, image_size):
+    """A copy of a ``VisionTransformer`` at another image size, its position embedding resampled.
+
+    This is the paper's fine-tuning at a higher resolution (e.g. 224 -> 384),
+    and works square <-> rectangular.
+    """
+    return model.rebuild(image_size=image_size)

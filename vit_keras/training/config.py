@@ -1,0 +1,278 @@
+"""A training run's settings: the recipes' defaults and ``TrainConfig``, checked in full when it is made.
+
+``vit_keras.training.train.train(data, out_dir, **options)`` makes a ``TrainConfig`` from its keywords before any data
+loads or any file is written. ``TrainConfig.record`` is what the run folder's config.json holds: the settings
+that decide the run plus the facts of its data and model, and a rerun whose record is the same resumes it.
+"""
+
+import dataclasses
+import numbers
+import os
+
+from vit_keras.data.array_pipeline import check_crop_scale
+from vit_keras.training.backends import check_strategy
+from vit_keras.constants import AUGMENTATIONS, DISTILLATIONS, PRECISIONS
+from vit_keras.validation import check_choice, pair
+from vit_keras.models.configs import MODELS
+
+BASE_BATCH_SIZE = 512
+
+# Both recipes train one design: a hybrid ViT whose conv stem (3x3 stride-2 convs, Xiao et al. 2021) feeds a
+# 4x4 grid of tokens (28x28 images at 32, patch 8) to 4 blocks of width 96, GAP pooling (no class token), tanh
+# GELU. Quick: 20 epochs. Long: 90 epochs with random erasing, which keeps the longer schedule from overfitting.
+# The values won trials on Fashion-MNIST: docs/benchmarks.md, "Why the recipes' values", "The token count" and
+# "Random erasing".
+# Small data: the schedule has a floor of `min_steps` optimizer steps (20 epochs over 1,000 images would be 140),
+# the many passes over each image that it makes use random-resized crops, not flips alone, and random erasing
+# (`small_data_erase`, in full from `erase_passes` passes over the images, less below), and the ViT learns from
+# a small CNN's labels too, the CNN trained first for `teacher_steps` (vit_keras.training.distill; docs/benchmarks.md,
+# "Small data against a CNN").
+MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="gap", class_token=False,
+             gelu_approximate=True, stem="conv")
+RECIPES = {
+    "quick": dict(model=MODEL, grid=(4, 4), epochs=20, min_steps=3000, batch_size=128, base_lr=1.6e-2,
+                  weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
+                  small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0,
+                  small_data_erase=0.25, erase_passes=200, teacher_steps=800),
+    "long": dict(model=MODEL, grid=(4, 4), epochs=90, min_steps=8000, batch_size=128, base_lr=1.6e-2,
+                 weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
+                 small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5,
+                 small_data_erase=0.5, erase_passes=200, teacher_steps=2000),
+}
+# The input sizes the recipes' ViT takes (vit_keras.training.train.recipe_image_size): images are resized to the first
+# that holds them in whole patches.
+RECIPE_SIDES = (28, 32, 64)
+# The settings a recipe gives a value to when they are left unset (None).
+RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "weight_decay", "label_smoothing", "drop_path", "augment",
+                   "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs", "teacher_steps")
+# The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
+RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
+                              "learning_rate", "distill")
+# (name, test, what the test asks) for the real-valued hyper-parameters.
+BOUNDS = (("warmup_epochs", lambda v: v >= 0, ">= 0"), ("weight_decay", lambda v: v >= 0, ">= 0"),
+          ("label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"), ("drop_path", lambda v: 0 <= v < 1, "in [0, 1)"),
+          ("mixup", lambda v: v >= 0, ">= 0"), ("cutmix", lambda v: v >= 0, ">= 0"),
+          ("erase", lambda v: 0 <= v <= 1, "in [0, 1]"),
+          ("learning_rate", lambda v: v > 0, "> 0"), ("val_fraction", lambda v: 0 < v < 1, "in (0, 1)"))
+VERBOSITIES = ("auto", 0, 1, 2)  # model.fit's
+
+
+def scaled_learning_rate(base_lr, batch_size, base_batch_size=BASE_BATCH_SIZE):
+    """The linear scaling rule: the peak LR grows in proportion to the global batch size."""
+    return base_lr * batch_size / base_batch_size
+
+
+def is_saved_model(weights):
+    """Whether ``weights`` is a .keras model (its own architecture), not a checkpoint for a named one."""
+    return str(weights or "").endswith(".keras")
+
+
+def check_weights(weights, model_name, overrides):
+    """A .keras file brings its own architecture; any other checkpoint needs a named model to load into."""
+    if not weights:
+        return
+    if is_saved_model(weights):
+        if model_name or overrides:
+            raise ValueError(f"`weights`={str(weights)!r} is a saved model with its own architecture; drop "
+                             f"`model_name`/architecture overrides ({model_name or ', '.join(overrides)}) or pass a "
+                             "checkpoint (.npz, .safetensors) with `model_name`.")
+    elif model_name is None:
+        raise ValueError(f"`weights`={str(weights)!r} is a checkpoint for a named model: pass `model_name` (e.g. "
+                         "'vit_ti16'), or a .keras model saved by an earlier run.")
+
+
+def is_count(value):
+    """A positive int (bools are not counts)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything ``train`` needs to know but the output folder; every value is checked when it is made.
+
+    data: "fashion_mnist" | "tfds:NAME" | "folder:PATH".
+    model_name: a named ViT (``vit_keras.MODELS``); None: the recipe's small ViT for the data's size.
+    image_size: the model's input size (default: the data's, or the quick recipe's for it).
+    recipe: the defaults (``RECIPES``) of the hyper-parameters left unset (None), from epochs to warmup_epochs.
+    min_steps: the fewest optimizer steps a run takes (the step floor of small data): when ``epochs`` passes over
+      the data are fewer steps, each of the ``epochs`` epochs runs ``ceil(min_steps / epochs)`` steps over the
+      repeated data (``steps_per_epoch``). Unset: the recipe's when ``epochs`` is unset too, else 0 (epochs as
+      asked).
+    learning_rate: the peak LR for the global ``batch_size`` (default: the recipe's base LR scaled linearly from
+      batch 512, ``scaled_learning_rate``).
+    drop_path: unset with a saved model as ``weights``: the saved model's own.
+    crop_scale: (min, max) area fraction of the random-resized crops (``augment="crop"`` or "randaugment").
+    erase: the probability that a training image has a random rectangle replaced by noise (random erasing, Zhong
+      et al. 2020; ``vit_keras.data.array_pipeline.random_erase``).
+    distill: "cnn": the ViT learns from a small CNN's labels too (DeiT's hard distillation, ``vit_keras.training.distill``),
+      the CNN trained first for ``teacher_steps`` steps; "none": from the data's alone; "auto": "cnn" where the
+      recipe's own ViT trains from scratch on data the step floor repeats (small data), else "none".
+    weights: a .keras model to fine-tune, or a checkpoint for ``model_name``.
+    limit, data_dir, val_fraction, seed: the data (the first ``limit`` examples of each split; tfds' folder; a
+      folder dataset's held-out fraction; the shuffle, augmentation and initialization seed).
+    backup_every: "epoch" or a number of steps between the backups a rerun resumes from.
+    strategy: one of the Keras backend's (``vit_keras.constants.BACKEND_STRATEGIES``; ``vit_keras.training.strategies``).
+    steps_per_execution: steps per call into the backend's compiled step: fewer Python round trips and callback
+      syncs, the same results. Under tf.distribute strategies and on torch it is 1 (Keras 3.15's multi-step loop
+      fails under MirroredStrategy; its torch trainer has none).
+    micro_batches: > 1 computes each batch's gradients as that many concurrent XLA programs on a single device
+      with ``jit_compile`` under TensorFlow (``vit_keras.training.microbatch``; BatchNorm then sees micro-batch
+      statistics); other backends run one program per step.
+    verbose, tensorboard: model.fit's progress display; TensorBoard logs in the run folder.
+    model_overrides: VisionTransformer arguments (e.g. hidden_size, num_layers, patch_size) changing the
+      architecture.
+    """
+
+    data: str
+    model_name: str | None = None
+    image_size: int | tuple | None = None
+    recipe: str = "quick"
+    epochs: int | None = None
+    min_steps: int | None = None
+    batch_size: int | None = None
+    learning_rate: float | None = None
+    weight_decay: float | None = None
+    label_smoothing: float | None = None
+    drop_path: float | None = None
+    augment: str | None = None
+    crop_scale: tuple | list | None = None
+    mixup: float | None = None
+    cutmix: float | None = None
+    erase: float | None = None
+    warmup_epochs: float | None = None
+    distill: str = "auto"
+    teacher_steps: int | None = None
+    precision: str = "float32"
+    strategy: str = "auto"
+    weights: str | None = None
+    seed: int = 0
+    limit: int | None = None
+    data_dir: str | None = None
+    val_fraction: float = 0.1
+    backup_every: int | str = "epoch"
+    jit_compile: bool | str = True
+    steps_per_execution: int = 8
+    micro_batches: int = 2
+    verbose: int | str = "auto"
+    tensorboard: bool = True
+    model_overrides: dict | None = None
+    # The recipe settings left unset, so the recipe's: the flip rule may turn the recipe's flips off, and small data
+    # gets the recipe's small-data augmentation and erasing (``small_data_default``).
+    from_recipe: frozenset = dataclasses.field(default=frozenset(), init=False, repr=False)
+
+    @classmethod
+    def option_names(cls):
+        """The keywords ``train`` takes: every field but ``data`` and the derived ones."""
+        return [field.name for field in dataclasses.fields(cls) if field.init and field.name != "data"]
+
+    def __post_init__(self):
+        check_choice(self.recipe, "recipe", tuple(RECIPES))
+        check_choice(self.precision, "precision", PRECISIONS)
+        check_strategy(self.strategy)  # the choices of this process's Keras backend
+        self.fill_from_recipe()
+        self.check_model()
+        self.check_hyper_parameters()
+        self.check_run_options()
+        if self.learning_rate is None:  # once batch_size is known to be a count
+            object.__setattr__(self, "learning_rate",
+                               scaled_learning_rate(RECIPES[self.recipe]["base_lr"], self.batch_size))
+
+    def fill_from_recipe(self):
+        """Unset hyper-parameters take the recipe's values; the crop scale becomes a [min, max] list."""
+        defaults = RECIPES[self.recipe]
+        unset = frozenset(name for name in RECIPE_SETTINGS if getattr(self, name) is None)
+        object.__setattr__(self, "from_recipe", unset)
+        keep_drop_path = is_saved_model(self.weights)  # a fine-tuned saved model keeps its own unless asked
+        if self.min_steps is None and self.epochs is not None:  # epochs asked for: as many passes as asked
+            object.__setattr__(self, "min_steps", 0)
+        for name in RECIPE_SETTINGS:
+            if getattr(self, name) is None and not (name == "drop_path" and keep_drop_path):
+                object.__setattr__(self, name, defaults[name])
+        object.__setattr__(self, "crop_scale", check_crop_scale(self.crop_scale))
+        if isinstance(self.weights, os.PathLike):
+            object.__setattr__(self, "weights", os.fspath(self.weights))
+
+    def check_model(self):
+        if self.model_name is not None:
+            check_choice(self.model_name, "model_name", tuple(MODELS))
+        if self.image_size is not None:
+            pair(self.image_size, "image_size")
+        if self.model_overrides is not None and not isinstance(self.model_overrides, dict):
+            raise ValueError("`model_overrides` must be a dict of VisionTransformer arguments or None; got "
+                             f"{self.model_overrides!r}.")
+        check_weights(self.weights, self.model_name, self.model_overrides)
+
+    def check_hyper_parameters(self):
+        for name in ("epochs", "batch_size", "steps_per_execution", "micro_batches", "teacher_steps"):
+            if not is_count(getattr(self, name)):
+                raise ValueError(f"`{name}` must be a positive int; got {getattr(self, name)!r}.")
+        if not (self.min_steps == 0 or is_count(self.min_steps)):
+            raise ValueError(f"`min_steps` must be an int >= 0; got {self.min_steps!r}.")
+        for name, test, bounds in BOUNDS:
+            value = getattr(self, name)
+            if value is None and name in ("drop_path", "learning_rate"):  # the saved model's; the scaled LR
+                continue
+            if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and test(value)):
+                raise ValueError(f"`{name}` must be {bounds}; got {value!r}.")
+        check_choice(self.augment, "augment", AUGMENTATIONS)
+        check_choice(self.distill, "distill", DISTILLATIONS)
+
+    def check_run_options(self):
+        if self.limit is not None and not is_count(self.limit):
+            raise ValueError(f"`limit` must be a positive int or None; got {self.limit!r}.")
+        if not (isinstance(self.seed, numbers.Integral) and not isinstance(self.seed, bool) and self.seed >= 0):
+            raise ValueError(f"`seed` must be an int >= 0; got {self.seed!r}.")
+        if self.backup_every != "epoch" and not is_count(self.backup_every):
+            raise ValueError(f"`backup_every` must be 'epoch' or a positive int (steps); got {self.backup_every!r}.")
+        check_choice(self.jit_compile, "jit_compile", (True, False, "auto"))
+        check_choice(self.verbose, "verbose", VERBOSITIES)
+        check_choice(self.tensorboard, "tensorboard", (True, False))
+
+    def steps_per_epoch(self, train_examples):
+        """Optimizer steps an epoch: one pass over the training examples (whole batches), or more where the step
+        floor (``min_steps``) asks."""
+        return max(train_examples // self.batch_size, -(-self.min_steps // self.epochs))
+
+    def repeats_data(self, train_examples):
+        """Whether the step floor makes each epoch several passes over the data (small data)."""
+        return self.steps_per_epoch(train_examples) > train_examples // self.batch_size
+
+    def small_data_default(self, name, train_examples):
+        """Whether setting ``name`` takes the recipe's small-data value: it was left unset and the step floor
+        repeats the data (many passes over each image). A value asked for is kept."""
+        return name in self.from_recipe and self.repeats_data(train_examples)
+
+    def augmentation(self, train_examples):
+        """The augmentation the run uses: on small data the recipe's crops (more than flips), else ``augment``."""
+        if self.small_data_default("augment", train_examples):
+            return RECIPES[self.recipe]["small_data_augment"]
+        return self.augment
+
+    def erasing(self, train_examples):
+        """The random-erasing probability the run uses: ``erase``, or on small data the recipe's
+        ``small_data_erase``, scaled down where the run makes fewer than ``erase_passes`` passes over the images
+        (erasing counters memorizing images seen many times; with fewer passes it cost accuracy)."""
+        if not self.small_data_default("erase", train_examples):
+            return self.erase
+        recipe = RECIPES[self.recipe]
+        passes = self.epochs * self.steps_per_epoch(train_examples) * self.batch_size / train_examples
+        return round(recipe["small_data_erase"] * min(1.0, passes / recipe["erase_passes"]), 3)
+
+    def distills(self, train_examples):
+        """Whether the ViT learns from a CNN teacher's labels too: as asked, or under "auto" where the recipe's
+        own ViT trains from scratch (no named model, no saved one) on data the step floor repeats."""
+        if self.distill != "auto":
+            return self.distill == "cnn"
+        return self.model_name is None and not self.weights and self.repeats_data(train_examples)
+
+    def record(self, vit, class_names, steps_per_epoch, micro_batches, replicas, train_examples, val_examples,
+               skipped_images):
+        """The run's config.json: the recorded settings, the model's config (``vit``, whose drop_path is the
+        one trained with), and the facts of the data and of the devices (``micro_batches`` as used)."""
+        settings = dict({name: getattr(self, name) for name in RECORDED}, augment=self.augmentation(train_examples),
+                        erase=self.erasing(train_examples),
+                        distill="cnn" if self.distills(train_examples) else "none")
+        return dict(settings, model=self.model_name or "vit_quick", drop_path=vit["drop_path"], vit=vit,
+                    class_names=list(class_names), steps_per_epoch=steps_per_epoch, micro_batches=micro_batches,
+                    replicas=replicas, train_examples=train_examples, val_examples=val_examples,
+                    skipped_images=skipped_images)
