@@ -183,11 +183,11 @@ def ship_run(run_dir, modes, web=False, calibration_size=None, data_dir=None, ru
     modes = parse_modes(modes, name="`modes`")
     run_dir = os.fspath(run_dir)
     if web:
-        from vit_keras.apps.web_export import check_runtime
+        from vit_keras.apps.web_export import check_web_runtime
 
-        check_runtime(runtime_dir)
+        check_web_runtime(runtime_dir)
     if calibration_size is None:
-        from vit_keras.convert.export import DEFAULT_CALIBRATION_IMAGES
+        from vit_keras.convert.tflite import DEFAULT_CALIBRATION_IMAGES
 
         calibration_size = DEFAULT_CALIBRATION_IMAGES
     model_path, config = finished_run(run_dir)

@@ -37,7 +37,7 @@ class KerasAttention:
         self.size = tuple(config["image_size"]) if isinstance(config["image_size"], (list, tuple)) else (
             config["image_size"],) * 2
         self.channels = config["channels"]
-        self.grid = tuple(self.model.get_layer("embedding").grid_size)
+        self.grid = tuple(self.model.patch_encoder.grid_size)
 
     def __call__(self, image):
         from PIL import Image

@@ -70,7 +70,7 @@ def check_model(path):
     return info
 
 
-def check_runtime(runtime_dir=None):
+def check_web_runtime(runtime_dir=None):
     """The folder of the npm package, holding every file the page loads, at the pinned version."""
     folder = Path(runtime_dir) if runtime_dir else default_runtime_dir()
     missing = [name for name in RUNTIME_FILES if not (folder / name).is_file()]
@@ -127,7 +127,7 @@ def export_site(model, out, force=False, top_k=5, runtime_dir=None):
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
     info = check_model(model)
-    runtime = check_runtime(runtime_dir)
+    runtime = check_web_runtime(runtime_dir)
     check_out_dir(out, force)
     out = Path(out)
     model_bytes = Path(model).stat().st_size

@@ -29,7 +29,8 @@ BASELINES = ("int8_plain", "int8_ln_int8", "usual_float32", "usual_int8")
 def export_baseline(model, path, mode, calibration, labels):
     import tensorflow as tf
 
-    from vit_keras.convert.export import export_tflite, representative_dataset
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.convert.tflite import representative_dataset
     from vit_keras.convert.int8 import INT8_XNNPACK_FLOAT_OPS
 
     if mode in ("int8_plain", "int8_ln_int8"):
@@ -55,7 +56,7 @@ def build(name, fmnist_model):
 
     if name == "fmnist":
         if fmnist_model and os.path.isfile(fmnist_model):
-            from vit_keras.convert.export import load_vit
+            from vit_keras.convert.tflite import load_vit
 
             model = load_vit(fmnist_model)
             label_file = os.path.join(os.path.dirname(fmnist_model), "labels.txt")
@@ -87,7 +88,7 @@ def build(name, fmnist_model):
 def interleaved_latency(paths, cols, runs, rounds, warmup=10):
     """{(mode, runtime, threads): median ms}, timing every model in turn, round after round, so a
     shared CPU's load drifts over all of them alike; ratios come from the same rounds."""
-    from vit_keras.convert.verify import median_invoke_ms, model_input, prepare, runner
+    from vit_keras.convert.runtime import median_invoke_ms, model_input, prepare, runner
 
     runners = {}
     for mode, path in paths.items():
@@ -122,7 +123,7 @@ def main(argv=None):
     import statistics
 
     from vit_keras.convert.export import export_tflite
-    from vit_keras.convert.verify import delegation_report
+    from vit_keras.convert.runtime import delegation_report
 
     threads = [int(t) for t in args.threads.split(",")]
     cols = [(r, n) for r in args.runtimes.split(",") for n in threads]

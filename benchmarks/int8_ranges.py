@@ -31,9 +31,9 @@ def calibration_draw(train_images, draw):
 def draw_rows(keras_path, train_images, test, test_labels, draws, folder):
     """[(draw, {ranges: (agreement, accuracy)})] for one model; and its Keras accuracy."""
     from vit_keras.constants import INT8_RANGES
-    from vit_keras.convert.export import convert, load_vit
+    from vit_keras.convert.tflite import convert, load_vit
     from vit_keras.convert.graph import keras_scores
-    from vit_keras.convert.verify import predict
+    from vit_keras.convert.runtime import tflite_scores
     from vit_keras.data.pipeline import fit_images
 
     model = load_vit(keras_path)
@@ -48,7 +48,7 @@ def draw_rows(keras_path, train_images, test, test_labels, draws, folder):
             path = os.path.join(folder, f"{ranges}.tflite")
             with open(path, "wb") as f:
                 f.write(convert(model, "int8", calibration, ranges=ranges))
-            top1 = predict(path, test).argmax(-1)
+            top1 = tflite_scores(path, test).argmax(-1)
             cells[ranges] = (float(np.mean(top1 == reference.argmax(-1))), float(np.mean(top1 == test_labels)))
         rows.append((draw, cells))
     return rows, float(np.mean(reference.argmax(-1) == test_labels))

@@ -107,7 +107,7 @@ def ai_edge_quantize(float_path, recipe_name, images, out):
     """``float_path`` quantized by ai-edge-quantizer's ``recipe_name``, calibrated on ``images`` (uint8)."""
     from ai_edge_quantizer import quantizer, recipe
 
-    from vit_keras.convert.verify import model_input, prepare
+    from vit_keras.convert.runtime import model_input, prepare
 
     dtype, _, norm = model_input(float_path)
     with open(float_path, "rb") as f:
@@ -145,9 +145,9 @@ def with_signature(model_bytes):
 
 def measure(path, reference, labels, images, runs):
     from vit_keras.constants import RUNTIMES
-    from vit_keras.convert.verify import latency_ms, predict
+    from vit_keras.convert.runtime import latency_ms, tflite_scores
 
-    scores = predict(path, images)
+    scores = tflite_scores(path, images)
     row = {"agreement": float(np.mean(scores.argmax(-1) == reference.argmax(-1))),
            "accuracy": float(np.mean(scores.argmax(-1) == labels)), "bytes": os.path.getsize(path)}
     for runtime in RUNTIMES:
@@ -158,7 +158,8 @@ def measure(path, reference, labels, images, runs):
 
 def zoo_rows(name, keras_path, calibration, test, test_labels, folder, runs):
     """{variant: measured row} for one zoo model."""
-    from vit_keras.convert.export import export_tflite, load_vit
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.convert.tflite import load_vit
     from vit_keras.convert.graph import keras_scores
     from vit_keras.data.pipeline import fit_images
 
@@ -205,17 +206,17 @@ def kept_in_float(sweep):
 
 def no_smoothing_row(model, calibration, test, reference, folder):
     """Agreement of our default int8 graph without the LayerNorm smoothing (the technique's measured effect)."""
-    from vit_keras.convert.export import convert_graph
+    from vit_keras.convert.tflite import convert_graph
     from vit_keras.convert.int8 import default_float_nodes, quantize_int8
     from vit_keras.convert.graph import norm_count
-    from vit_keras.convert.verify import predict
+    from vit_keras.convert.runtime import tflite_scores
 
     calibrated = convert_graph(model, "int8", calibration, smooth_norms=False)
     path = os.path.join(folder, "no_smoothing.tflite")
     with open(path, "wb") as f:
         f.write(quantize_int8(calibrated, num_norms=norm_count(model),
                               float_nodes=default_float_nodes(model, calibrated)))
-    return {"agreement": float(np.mean(predict(path, test).argmax(-1) == reference.argmax(-1)))}
+    return {"agreement": float(np.mean(tflite_scores(path, test).argmax(-1) == reference.argmax(-1)))}
 
 
 def format_rows(name, rows):

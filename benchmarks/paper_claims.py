@@ -66,11 +66,11 @@ def count_flops(model):
     macs = 0
     height, width = config["image_size"]
     if config["stem"] == "conv":
-        for conv, _ in model.get_layer("stem").blocks:
+        for conv, _ in model.stem.blocks:
             height, width = -(-height // 2), -(-width // 2)
             kh, kw, cin, cout = conv.kernel.shape
             macs += height * width * kh * kw * cin * cout
-    embedding = model.get_layer("embedding")
+    embedding = model.patch_encoder
     kh, kw, cin, d = embedding.kernel.shape
     macs += embedding.num_patches * kh * kw * cin * d
     tokens = embedding.num_tokens
@@ -99,7 +99,7 @@ def train(config, lr, seed, data, epochs, batch_size, jit_compile=False):
     seconds = time.perf_counter() - start
     _, accuracy = model.evaluate(x_test, y_test, batch_size=512, verbose=0)
     extra = {}
-    batch_norms = [bn for _, bn in model.get_layer("stem").blocks] if config.get("stem") == "conv" else []
+    batch_norms = [bn for _, bn in model.stem.blocks] if config.get("stem") == "conv" else []
     if batch_norms:
         # BatchNorm's moving statistics can lag after ~200 steps; recompute them on 2000 training images
         # (one forward pass, no weight update) and evaluate again.

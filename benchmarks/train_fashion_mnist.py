@@ -111,7 +111,7 @@ def quick_step_rate(args):
 
     recipe = train.RECIPES["quick"]
     batch, micro = recipe["batch_size"], 2
-    model = train.build_model(10, 1, (28, 28))
+    model = train.build_model_to_train(10, 1, (28, 28))
     train.compile_model(model, train.WarmupCosine(4e-3, 10_000, 10), jit_compile=False, steps_per_execution=8)
     enable_micro_batches(model, micro)
     rng = np.random.default_rng(0)

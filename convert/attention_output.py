@@ -8,8 +8,6 @@ here the converter gets it as builtin ops, so the device draws the map from its 
 import numpy as np
 import tensorflow as tf
 
-from .graph import token_slice
-
 
 def readout_row(weights, prefix, gap):
     """The row of one head's attention (B, queries, T) that the prediction reads: the class token's, or under
@@ -19,7 +17,7 @@ def readout_row(weights, prefix, gap):
     return weights if weights.shape[1] == 1 else token_slice(weights, 0, 1)
 
 
-def attention_rollout(model, maps, token_weights=None):
+def rollout_graph(model, maps, token_weights=None):
     """The attention rollout (Abnar & Zuidema, 2020) of ``maps`` (``forward``'s attention_maps), as
     vit_keras.visualize.attention_heatmap computes it, over the patch grid: (B, grid_h, grid_w).
 
@@ -46,9 +44,9 @@ def attention_rollout(model, maps, token_weights=None):
         parts = [readout_row(w, prefix, gap) for w in heads] if row is None else [tf.matmul(row, w) for w in heads]
         total = parts[0]
         for part in parts[1:]:
-            total = tf.add(total, part, name="attention_rollout")
+            total = tf.add(total, part, name="rollout_graph")
         identity = tf.constant(0.5 * start) if row is None else row * 0.5
-        row = tf.add(total * (0.5 / len(heads)), identity, name="attention_rollout")
+        row = tf.add(total * (0.5 / len(heads)), identity, name="rollout_graph")
     batch = row.shape[0]  # the patches' columns (a SLICE at a static batch, as token_slice does for rows)
     patches = row[:, :, prefix:] if batch is None else tf.slice(row, [0, 0, prefix], [batch, 1, tokens - prefix])
     return tf.reshape(patches, (-1, *encoder.grid_size))
@@ -96,3 +94,13 @@ def scores_output_first(model_bytes):
     first = next(i for i, t in enumerate(outputs) if graph.Tensors(int(t)).ShapeLength() == 2)
     outputs[[0, first]] = outputs[[first, 0]]
     return bytes(data)
+
+
+def token_slice(x, start, count=None):
+    """Tokens ``start:start + count`` of (B, T, D) ``x``, in a form XNNPACK takes: a SLICE with static sizes,
+    or under a dynamic batch a STRIDED_SLICE that masks the batch axis (XNNPACK rejects a SLICE of size -1)."""
+    batch, length, width = x.shape
+    count = length - start if count is None else count
+    if batch is None:
+        return x[:, start:start + count, :]
+    return tf.slice(x, [0, start, 0], [batch, count, width])

@@ -30,9 +30,11 @@ import numpy as np
 import tensorflow as tf
 
 from vit_keras.constants import LUMA_WEIGHTS
-from vit_keras.models.vision_transformer import VisionTransformer
 from vit_keras.models.normalization import is_uniform, normalize, pixel_normalization
 from vit_keras.models.stems import ResNetV2Stem
+from vit_keras.models.vision_transformer import VisionTransformer
+
+from .attention_output import rollout_graph, token_slice
 
 # Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: (x - mean) / std per channel
 # (normalization.pixel_normalization). The luma weights, scaled to sum to 1, commute with a 1-channel model's
@@ -43,6 +45,8 @@ DENSE_ROLES = ("qkv", "attention_out", "mlp_in", "mlp_out", "sequence_pool", "pr
 RGB_TO_GRAY /= RGB_TO_GRAY.sum()
 # Names of a ResNet stem's ops that int8 keeps in float (int8.stem_nodes): its own residual stream.
 GROUPNORM_SHIFT, STEM_RESIDUAL, STEM_POOL = "groupnorm_shift", "stem_residual", "stem_pool"
+# Node names int8 finds its float-kept ops by (int8.default_float_nodes).
+POSITION_ADD, RESIDUAL, LAYERNORM_SHIFT, ATTENTION_MASK = "embedding", "residual", "layernorm_shift", "attention_mask"
 
 
 def check_vit(model, source="model"):
@@ -74,7 +78,7 @@ def layer_norm(layer, x, smooth=None):
     gamma, beta = numpy(layer.gamma), numpy(layer.beta)
     if smooth is not None:
         gamma, beta = gamma / smooth, beta / smooth
-    return tf.add(y * tf.constant(gamma), tf.constant(beta), name="layernorm_shift")
+    return tf.add(y * tf.constant(gamma), tf.constant(beta), name=LAYERNORM_SHIFT)
 
 
 def group_norm(layer, x):
@@ -170,23 +174,13 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
         logits = tf.matmul(q, k, transpose_b=True)
         if attn.locality:  # LSA's diagonal mask: an ADD that int8 keeps in float; float16 holds -3e4, not -1e9
             mask = -3e4 * np.eye(logits.shape[1], logits.shape[2], dtype="float32")
-            logits = tf.add(logits, tf.constant(mask), name="attention_mask")
+            logits = tf.add(logits, tf.constant(mask), name=ATTENTION_MASK)
         weights = tf.nn.softmax(logits, axis=-1)
         weights_per_head.append(weights)
         outputs.append(tf.matmul(weights, v))
     if maps is not None:
         maps.append(weights_per_head)
     return dense(attn.out, concat_even(outputs), "attention_out", kernel=out_kernel)
-
-
-def token_slice(x, start, count=None):
-    """Tokens ``start:start + count`` of (B, T, D) ``x``, in a form XNNPACK takes: a SLICE with static sizes,
-    or under a dynamic batch a STRIDED_SLICE that masks the batch axis (XNNPACK rejects a SLICE of size -1)."""
-    batch, length, width = x.shape
-    count = length - start if count is None else count
-    if batch is None:
-        return x[:, start:start + count, :]
-    return tf.slice(x, [0, start, 0], [batch, count, width])
 
 
 def patch_embedding(layer, x, pixel_affine=None):
@@ -208,7 +202,7 @@ def patch_embedding(layer, x, pixel_affine=None):
     if layer.class_token:
         x = tf.pad(x, [[0, 0], [1, 0], [0, 0]])
         table = np.concatenate([table[:, :1] + numpy(layer.cls), table[:, 1:]], axis=1)
-    return tf.add(x, table, name="embedding")
+    return tf.add(x, table, name=POSITION_ADD)
 
 
 def split_even(y, parts):
@@ -295,14 +289,14 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
     if observe_norm is not None:
         observe_norm(block.norm1, normed)
     y = attention(block.attn, normed, block.query_tokens, scales, observe, row_scale=smooth1, maps=maps)
-    z = tf.add(token_slice(z, 0, block.query_tokens) if block.query_tokens else z, y, name="residual")
+    z = tf.add(token_slice(z, 0, block.query_tokens) if block.query_tokens else z, y, name=RESIDUAL)
     normed = layer_norm(block.norm2, z, smooth2)
     if observe_norm is not None:
         observe_norm(block.norm2, normed)
     fc1_kernel = numpy(block.fc1.kernel) * (1.0 if smooth2 is None else smooth2[:, None])
     hidden = tf.nn.gelu(dense(block.fc1, normed, "mlp_in", kernel=fc1_kernel), approximate=block.gelu_approximate)
     # named: int8 keeps the residual stream in float
-    return tf.add(z, dense(block.fc2, hidden, "mlp_out"), name="residual")
+    return tf.add(z, dense(block.fc2, hidden, "mlp_out"), name=RESIDUAL)
 
 
 def takes_raw_pixels(model, quantize):
@@ -380,7 +374,7 @@ def readout(pool, x, token_weights=None):
 def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None, norm_scales=None, attention_output=False):
     """A traced tf.function over an RGB image input; batch_size=None gives a dynamic batch.
 
-    attention_output: a second output, the attention rollout over the patch grid (``attention_rollout``)."""
+    attention_output: a second output, the attention rollout over the patch grid (``rollout_graph``)."""
     check_vit(model)
     height, width = model.vit_config["image_size"]
     spec = tf.TensorSpec((batch_size, height, width, 3), tf.float32, name="image")
@@ -392,9 +386,8 @@ def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None, norm_sca
                          token_weights=weights)
         if not attention_output:
             return {"scores": scores}
-        from .attention_output import attention_rollout
 
-        return [scores, attention_rollout(model, maps, *weights)]
+        return [scores, rollout_graph(model, maps, *weights)]
 
     return serve.get_concrete_function()
 

@@ -10,6 +10,10 @@ types are kept in float by type (``INT8_FLOAT_OPS``), single ops by the node nam
 import functools
 import re
 
+from vit_keras.models.stems import ResNetV2Stem
+
+from .graph import (ATTENTION_MASK, DENSE_ROLES, GROUPNORM_SHIFT, LAYERNORM_SHIFT, POSITION_ADD, RESIDUAL, STEM_POOL,
+                    STEM_RESIDUAL, norm_count)
 from .half_tables import store_in_half
 
 # int8 keeps these ops in float. BATCH_MATMUL, SOFTMAX, GELU, RSQRT: XNNPACK has no int8
@@ -42,11 +46,9 @@ def default_float_nodes(model, calibrated):
     """The nodes the default int8 export keeps in float besides its op types: the ADDs of the position
     embedding, the residual stream, LayerNorm's shift and LSA's mask (named in convert/graph.py), a stem
     (``stem_nodes``) and the reshapes and pads (``layout_nodes``)."""
-    from .graph import norm_count
-
     heads = sum(block.num_heads for block in model.blocks)
-    return (["embedding"] + float_node_names(("residual", "layernorm_shift"), norm_count(model))
-            + float_node_names(("attention_mask",), heads) + stem_nodes(model, calibrated)
+    return ([POSITION_ADD] + float_node_names((RESIDUAL, LAYERNORM_SHIFT), norm_count(model))
+            + float_node_names((ATTENTION_MASK,), heads) + stem_nodes(model, calibrated)
             + layout_nodes(calibrated))
 
 
@@ -71,10 +73,6 @@ def stem_nodes(model, calibrated):
     and "int8 on models trained elsewhere"). The conv that reads the input (RGB -> gray, or the normalization)
     stays int8, so the input stays uint8.
     """
-    from vit_keras.models.stems import ResNetV2Stem
-
-    from .graph import GROUPNORM_SHIFT, STEM_POOL, STEM_RESIDUAL
-
     if model.stem is None:
         return []
     convs = [name for name, reads_input in op_outputs(calibrated, "CONV_2D") if not reads_input]
@@ -121,8 +119,6 @@ def graph_outputs(model_bytes):
 def split_float_ops(float_ops):
     """(op types, dense roles) of ``float_ops``, whose entries are TFLite op types ("SOFTMAX") or
     "FULLY_CONNECTED:<role>" for one of graph.DENSE_ROLES: that layer of every block ("FULLY_CONNECTED:mlp_out")."""
-    from .graph import DENSE_ROLES
-
     op_types, roles = [], []
     for entry in float_ops:
         op_type, _, role = entry.partition(":")
@@ -148,4 +144,4 @@ def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_no
     quantized = tf_convert.mlir_quantize(calibrated, fully_quantize=False, denylisted_ops=op_types,
                                          denylisted_nodes=nodes)
     quantized = tf_util.modify_model_io_type(quantized, tf.uint8, tf.float32)
-    return store_in_half(quantized, nodes_named(quantized, "ADD", ("embedding",))) if half_table else quantized
+    return store_in_half(quantized, nodes_named(quantized, "ADD", (POSITION_ADD,))) if half_table else quantized

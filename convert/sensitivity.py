@@ -18,11 +18,11 @@ import tempfile
 
 import numpy as np
 
-from .export import MIN_CALIBRATION_IMAGES, calibration_images, check_builtin_ops, convert_graph
+from .graph import DENSE_ROLES, keras_scores, norm_count
 from .int8 import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, default_float_nodes, dense_role_nodes, quantize_int8,
                    split_float_ops)
-from .graph import DENSE_ROLES, keras_scores, norm_count
-from .verify import latency_ms, op_precisions, predict
+from .runtime import latency_ms, op_precisions, tflite_scores
+from .tflite import MIN_CALIBRATION_IMAGES, calibration_images, check_builtin_ops, convert_graph
 
 CANDIDATES = ("CONV_2D", "FULLY_CONNECTED", "ADD", "MEAN", "SUB", "MUL", "CONCATENATION")
 # What ``fewest_float_ops`` may add to the default int8 file's float ops (INT8_FLOAT_OPS): the other ADDs, then
@@ -100,7 +100,7 @@ class Prober:
         data = self.quantize(float_ops)
         with open(self.path, "wb") as f:
             f.write(data)
-        scores = predict(self.path, self.images)
+        scores = tflite_scores(self.path, self.images)
         row = {"float_ops": tuple(float_ops), "bytes": len(data),
                "agreement": float(np.mean(scores.argmax(-1) == self.reference.argmax(-1))),
                "max_abs_diff": float(np.abs(scores - self.reference).max()),

@@ -276,7 +276,7 @@ def test_classifier_reads_a_per_channel_model(tmp_path, fashion_test):
     Keras model's scores in float32, and in int8 the scores LiteRT gives the same raw pixels."""
     from vit_keras.apps.classifier import Classifier
     from vit_keras.convert.export import export_tflite
-    from vit_keras.convert.verify import predict
+    from vit_keras.convert.runtime import tflite_scores
 
     model = per_channel_model()
     folder, rgb = colour_images(tmp_path / "images", fashion_test)
@@ -295,7 +295,7 @@ def test_classifier_reads_a_per_channel_model(tmp_path, fashion_test):
         if mode == "float32":
             np.testing.assert_allclose(scores, expected, atol=1e-4)
         else:  # an untrained model's int8 is coarse; what matters here is that the app feeds it the right input
-            np.testing.assert_allclose(scores, predict(path, rgb), atol=1e-5)
+            np.testing.assert_allclose(scores, tflite_scores(path, rgb), atol=1e-5)
             assert np.mean(scores.argmax(-1) == logits.argmax(-1)) >= 0.75
 
 

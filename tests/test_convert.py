@@ -12,10 +12,12 @@ import keras
 from app_models import train_fashion_run
 from vit_keras.constants import QUANTIZATIONS as MODES
 from vit_keras.convert import export as tflite_export
+from vit_keras.convert import tflite
 from vit_keras.convert import int8 as int8_export
 from vit_keras.convert import metadata as tflite_metadata
 from vit_keras.convert.graph import keras_scores
-from vit_keras.convert.verify import delegation_report, format_table, predict, verify
+from vit_keras.convert.verify import format_table, verify
+from vit_keras.convert.runtime import delegation_report, tflite_scores
 from vit_keras.data.datasets import FASHION_MNIST_CLASSES as LABELS
 
 
@@ -46,7 +48,7 @@ def exported(run_dir, fashion):
 
 @pytest.fixture(scope="module")
 def reference(run_dir, fashion):
-    model = tflite_export.load_vit(run_dir / "model.keras")
+    model = tflite.load_vit(run_dir / "model.keras")
     return keras_scores(model, fashion[2])
 
 
@@ -128,14 +130,14 @@ def check_with_published_schema(path, mode):
 
 
 def test_float32_equals_keras_and_int8_close(exported, reference, fashion):
-    float_scores = predict(exported["float32"], fashion[2])
+    float_scores = tflite_scores(exported["float32"], fashion[2])
     assert np.abs(float_scores - reference).max() < 1e-4
     # This 2-epoch model has many near-ties (the trained default reaches 99.5%, see the README): measured 94.5%
     # int8, 99% dynamic and 100% float16 agreement on these 200 test images.
-    int8_scores = predict(exported["int8"], fashion[2])
+    int8_scores = tflite_scores(exported["int8"], fashion[2])
     assert np.mean(int8_scores.argmax(-1) == reference.argmax(-1)) > 0.92
     for mode, bound in (("float16", 0.995), ("dynamic", 0.97)):
-        assert np.mean(predict(exported[mode], fashion[2]).argmax(-1) == reference.argmax(-1)) >= bound, mode
+        assert np.mean(tflite_scores(exported[mode], fashion[2]).argmax(-1) == reference.argmax(-1)) >= bound, mode
     assert os.path.getsize(exported["int8"]) < 0.7 * os.path.getsize(exported["float32"])  # tiny: graph overhead dominates
 
 
@@ -169,13 +171,13 @@ def test_metadata_round_trip():
 def test_op_sensitivity_sweep(run_dir, fashion):
     from vit_keras.convert.sensitivity import op_sensitivity
 
-    model = tflite_export.load_vit(run_dir / "model.keras")
+    model = tflite.load_vit(run_dir / "model.keras")
     rows = op_sensitivity(model, fashion[0][:120], fashion[2][:40], candidates=("FULLY_CONNECTED",))
     assert [row["float_ops"][-1] for row in rows] == ["RSQRT", "FULLY_CONNECTED", "SPLIT"]
     assert all(0.5 < row["agreement"] <= 1.0 for row in rows)
     assert rows[1]["bytes"] > rows[0]["bytes"]  # float FULLY_CONNECTED keeps float weights
     # The last row is what export writes, its float residual stream included (before metadata is appended).
-    assert rows[-1]["bytes"] == len(tflite_export.convert(model, "int8", fashion[0][:120]))
+    assert rows[-1]["bytes"] == len(tflite.convert(model, "int8", fashion[0][:120]))
 
 
 @pytest.mark.parametrize("kind", ["resnet_r26", "resnet_r8", "conv_stem"])
@@ -185,7 +187,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
     float32 must equal Keras. An untrained model on noise images has near-constant int8 outputs, so int8 is
     checked for structure here; int8 accuracy of a trained conv-stem model is in the README's verify table.
     """
-    from vit_keras.convert.verify import delegation_report, op_precisions
+    from vit_keras.convert.runtime import delegation_report, op_precisions
 
     tiny = dict(num_classes=3, num_layers=1, hidden_size=32, num_heads=2, mlp_dim=32, include_preprocessing=True)
     if kind == "resnet_r26":
@@ -207,7 +209,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
     for mode in ("float32", "int8"):
         path = tmp_path / f"{mode}.tflite"
         tflite_export.export_tflite(tmp_path / "model.keras", path, quantize=mode, calibration=images)
-        scores = predict(path, images[:16])
+        scores = tflite_scores(path, images[:16])
         if mode == "float32":
             assert np.abs(scores - reference).max() < 1e-4
         np.testing.assert_allclose(scores.sum(-1), 1.0, atol=0.02)
@@ -224,7 +226,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
         from vit_keras.convert.sensitivity import op_sensitivity
 
         rows = op_sensitivity(model, images, images[:8], candidates=())
-        assert rows[-1]["bytes"] == len(tflite_export.convert(model, "int8", images))
+        assert rows[-1]["bytes"] == len(tflite.convert(model, "int8", images))
 
 
 def test_int8_position_table_is_stored_in_half(tmp_path):
@@ -239,11 +241,11 @@ def test_int8_position_table_is_stored_in_half(tmp_path):
     model = vit_keras.create_model("vit_ti16", image_size=32, patch_size=8, num_classes=3, num_layers=1,
                                    hidden_size=32, num_heads=2, mlp_dim=32, include_preprocessing=True)
     images = np.random.default_rng(0).integers(0, 256, (120, 32, 32, 3), dtype=np.uint8)
-    calibrated = tflite_export.convert_graph(model, "int8", images)
+    calibrated = tflite.convert_graph(model, "int8", images)
     full = store_in_half(int8_export.quantize_int8(  # no names: the flatbuffer packed again, as it is
         calibrated, num_norms=norm_count(model), float_nodes=int8_export.default_float_nodes(model, calibrated),
         half_table=False), ())
-    half = tflite_export.convert(model, "int8", images)
+    half = tflite.convert(model, "int8", images)
     tokens, width = model.patch_encoder.num_tokens, 32
     assert len(full) - len(half) == pytest.approx(tokens * width * 2, abs=200)  # less a tensor and an op
     graph = schema.ModelT.InitFromPackedBuf(bytearray(half), 0).subgraphs[0]
@@ -252,7 +254,7 @@ def test_int8_position_table_is_stored_in_half(tmp_path):
     for path, data in zip(paths, (full, half)):
         path.write_bytes(data)
     reference = keras_scores(model, images[:32])  # float16's rounding can move an int8 rounding downstream
-    errors = [np.abs(predict(path, images[:32]) - reference).max() for path in paths]
+    errors = [np.abs(tflite_scores(path, images[:32]) - reference).max() for path in paths]
     assert errors[1] <= errors[0] + 0.01, errors
     assert delegation_report(paths[1])["partitions"] == 1
     with pytest.raises(ValueError, match="no tensor named embedding_9"):
@@ -265,7 +267,7 @@ def test_equalized_fused_qkv_keeps_the_float_function(run_dir, fashion):
 
     from vit_keras.convert.graph import forward, qkv_scales
 
-    model = tflite_export.load_vit(run_dir / "model.keras")
+    model = tflite.load_vit(run_dir / "model.keras")
     scales = qkv_scales(model, fashion[0][:64])
     assert set(scales) == {"encoderblock_0/attn"} and len(scales["encoderblock_0/attn"]) == 2
     rgb = tf.constant(np.repeat(fashion[2][:16], 3, axis=-1), tf.float32)
@@ -291,7 +293,7 @@ def test_int8_attention_is_one_fully_connected_per_block(tmp_path, fashion, head
     counts = {}
     for mode in ("float32", "int8"):
         path = tmp_path / f"{mode}.tflite"
-        path.write_bytes(tflite_export.convert(model, mode, fashion[0][:120] if mode == "int8" else None))
+        path.write_bytes(tflite.convert(model, mode, fashion[0][:120] if mode == "int8" else None))
         report = delegation_report(path)
         counts[mode] = report["ops"]["FULLY_CONNECTED"]
         assert set(report["fallback"]) <= {"QUANTIZE"}, mode
@@ -344,7 +346,7 @@ def test_per_channel_model_exports_raw_pixel_inputs_that_agree_with_keras(color_
         assert tflite_metadata.input_normalization(meta) == ([0.0], [1.0]), mode
         dtype = Interpreter(model_path=str(color_run[mode])).get_input_details()[0]["dtype"]
         assert dtype == (np.uint8 if mode == "int8" else np.float32), mode
-        scores = predict(color_run[mode], test)
+        scores = tflite_scores(color_run[mode], test)
         agreement[mode] = float(np.mean(scores.argmax(-1) == reference.argmax(-1)))
         if mode == "float32":
             assert np.abs(scores - reference).max() < 1e-4
@@ -391,7 +393,7 @@ def test_per_channel_stem_model_exports_equal_to_keras(tmp_path):
         tflite_export.export_tflite(tmp_path / "model.keras", path, quantize=mode, calibration=images)
         assert tflite_metadata.input_normalization(tflite_metadata.read_model_metadata(str(path))[0]) == ([0.0], [1.0])
         if mode == "float32":
-            assert np.abs(predict(path, images[:16]) - reference).max() < 1e-4
+            assert np.abs(tflite_scores(path, images[:16]) - reference).max() < 1e-4
         assert set(delegation_report(path)["fallback"]) <= {"QUANTIZE"}, mode
 
 
@@ -405,11 +407,11 @@ def test_uniform_non_default_normalization_stays_in_the_metadata(tmp_path, fashi
     tflite_export.export_tflite(model, path, labels=LABELS)
     mean, std = tflite_metadata.input_normalization(tflite_metadata.read_model_metadata(str(path))[0])
     np.testing.assert_allclose([mean[0], std[0]], [0.2860 * 255, 0.3530 * 255], rtol=1e-6)
-    assert np.abs(predict(path, fashion[2][:32]) - keras_scores(model, fashion[2][:32])).max() < 1e-4
+    assert np.abs(tflite_scores(path, fashion[2][:32]) - keras_scores(model, fashion[2][:32])).max() < 1e-4
 
 
 def test_verify_names_the_ops_kept_in_float(exported, reference, fashion):
-    from vit_keras.convert.verify import op_precisions
+    from vit_keras.convert.runtime import op_precisions
 
     rows = [verify(exported[mode], reference[:20], fashion[3][:20], fashion[2][:20], runs=2, runtimes=("interpreter",),
                    threads=(1,)) for mode in ("float32", "int8")]
@@ -448,8 +450,8 @@ def test_min_agreement_keeps_the_fewest_float_ops_that_meet_it(run_dir, fashion,
     assert all(row["bytes"] > 0 and row["latency_ms"] > 0 for row in rows)
     assert rows[0]["float_ops"] == () and not any(row.get("chosen") for row in rows[:2]) and len(rows) >= 3
     held_out = images[-held_out_count(target):]
-    model = tflite_export.load_vit(run_dir / "model.keras")
-    agreement = np.mean(predict(out, held_out).argmax(-1) == keras_scores(model, held_out).argmax(-1))
+    model = tflite.load_vit(run_dir / "model.keras")
+    agreement = np.mean(tflite_scores(out, held_out).argmax(-1) == keras_scores(model, held_out).argmax(-1))
     assert agreement == pytest.approx(chosen[0]["agreement"])
     assert "**(chosen)**" in format_sweep(rows)
 
@@ -458,14 +460,14 @@ def test_a_dense_role_in_float_keeps_that_layer_of_every_block(run_dir, fashion,
     """"FULLY_CONNECTED:mlp_out" keeps every block's fc2 in float and nothing else of the dense layers; an unknown role
     is refused, naming the valid ones."""
     from vit_keras.convert.graph import DENSE_ROLES
-    from vit_keras.convert.verify import op_precisions
+    from vit_keras.convert.runtime import op_precisions
 
     out = tmp_path / "mlp_out_float.tflite"
     tflite_export.export_tflite(run_dir / "model.keras", out, quantize="int8", calibration=fashion[0][:100],
                                 calibration_size=100,
                                 float_ops=int8_export.INT8_FLOAT_OPS + ("FULLY_CONNECTED:mlp_out",))
     float_ops, integer_ops = op_precisions(out)
-    blocks = len(tflite_export.load_vit(run_dir / "model.keras").blocks)
+    blocks = len(tflite.load_vit(run_dir / "model.keras").blocks)
     assert float_ops["FULLY_CONNECTED"] == blocks and integer_ops["FULLY_CONNECTED"] >= 2 * blocks + 1
     with pytest.raises(ValueError, match="FULLY_CONNECTED:<role>.*" + ", ".join(DENSE_ROLES)):
         tflite_export.export_tflite(run_dir / "model.keras", tmp_path / "bad.tflite", quantize="int8",
@@ -477,9 +479,9 @@ def test_a_dense_role_in_float_keeps_that_layer_of_every_block(run_dir, fashion,
 def test_sequence_pooling_exports_to_int8_with_its_score_layer_as_a_dense_role(fashion, tmp_path):
     """A sequence-pooled model's int8 file: its token-score layer is the "sequence_pool" role, which float_ops can
     keep in float (one FULLY_CONNECTED more), and the sweep tries it only where the model has it."""
-    from vit_keras.convert.export import convert_graph
+    from vit_keras.convert.tflite import convert_graph
     from vit_keras.convert.sensitivity import SWEEP_CANDIDATES, in_graph
-    from vit_keras.convert.verify import op_precisions
+    from vit_keras.convert.runtime import op_precisions
 
     keras.utils.set_random_seed(2)
     model = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
@@ -500,7 +502,7 @@ def test_sequence_pooling_exports_to_int8_with_its_score_layer_as_a_dense_role(f
 def test_locality_self_attention_exports_with_its_mask_in_float(fashion, tmp_path, query_tokens):
     """LSA's learned logit scale folds into q, its diagonal mask is a named ADD; float32 equals Keras, and int8
     keeps the mask's ADDs in float (a -1e9 constant has no int8 range)."""
-    from vit_keras.convert.verify import op_precisions
+    from vit_keras.convert.runtime import op_precisions
 
     keras.utils.set_random_seed(3)
     model = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
@@ -515,7 +517,7 @@ def test_locality_self_attention_exports_with_its_mask_in_float(fashion, tmp_pat
         tflite_export.export_tflite(model, files[mode], quantize=mode, labels=LABELS, calibration=fashion[0][:100],
                                     calibration_size=100)
     for mode, tolerance in (("float32", 1e-5), ("float16", 2e-3)):
-        np.testing.assert_allclose(predict(files[mode], test), keras_scores(model, test), atol=tolerance)
+        np.testing.assert_allclose(tflite_scores(files[mode], test), keras_scores(model, test), atol=tolerance)
     plain = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, hidden_size=32, num_heads=2,
                                    mlp_dim=64, num_layers=2, num_classes=10, pooling=query_tokens)
     tflite_export.export_tflite(plain, tmp_path / "plain.tflite", quantize="int8", labels=LABELS,
@@ -523,7 +525,7 @@ def test_locality_self_attention_exports_with_its_mask_in_float(fashion, tmp_pat
     masks = sum(block.num_heads for block in model.blocks)
     float_adds = [op_precisions(path)[0]["ADD"] for path in (tmp_path / "plain.tflite", files["int8"])]
     assert float_adds[1] == float_adds[0] + masks
-    np.testing.assert_allclose(predict(files["int8"], test).sum(-1), 1.0, atol=0.02)
+    np.testing.assert_allclose(tflite_scores(files["int8"], test).sum(-1), 1.0, atol=0.02)
 
 
 def test_layernorm_smoothing_is_exact_in_float(color_run):
@@ -589,7 +591,7 @@ def device_attention(path, images):
     """The attention output of an exported file for uint8 images (N, H, W, 1), run by LiteRT: (N, gh, gw)."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from vit_keras.convert.verify import model_input, prepare
+    from vit_keras.convert.runtime import model_input, prepare
 
     interpreter = Interpreter(model_path=str(path))
     interpreter.allocate_tensors()
@@ -615,7 +617,7 @@ def test_attention_output_equals_the_keras_rollout(run_dir, fashion, tmp_path):
     from vit_keras import visualize
     from vit_keras.convert.gpu_delegate import gpu_refusals
 
-    model = tflite_export.load_vit(run_dir / "model.keras")
+    model = tflite.load_vit(run_dir / "model.keras")
     test = fashion[2][:30]
     expected = visualize.attention_heatmap(model, test)
     float32 = attention_export(model, tmp_path / "attention_float32.tflite", "float32")
@@ -659,7 +661,7 @@ def test_attention_output_of_a_gap_or_sequence_pooled_model(tmp_path, fashion, p
     np.testing.assert_allclose(device_attention(path, test), visualize.attention_heatmap(model, test), atol=1e-5)
     plain = tmp_path / "plain.tflite"
     tflite_export.export_tflite(model, plain, quantize="float32", labels=LABELS)
-    np.testing.assert_allclose(predict(plain, test), keras_scores(model, test), atol=1e-5)
+    np.testing.assert_allclose(tflite_scores(plain, test), keras_scores(model, test), atol=1e-5)
 
 
 def test_attention_output_refuses_the_float_ops_sweep(run_dir, fashion, tmp_path):

@@ -10,6 +10,7 @@ import keras
 
 from vit_keras.apps import cli
 from vit_keras.convert import export as tflite_export
+from vit_keras.convert import tflite
 
 LABELS = [f"class_{i}" for i in range(10)]
 
@@ -61,23 +62,23 @@ def test_bad_calibration_keeps_the_old_file(vit_file, tmp_path, calibration, mes
 
 def test_calibration_is_fitted_to_the_model(vit_file):
     """Images of another size or mode calibrate as training sees them: resized, converted, still raw uint8."""
-    model = tflite_export.load_vit(vit_file)
-    fitted = tflite_export.calibration_images(images(150, size=40, channels=3), model)
+    model = tflite.load_vit(vit_file)
+    fitted = tflite.calibration_images(images(150, size=40, channels=3), model)
     assert fitted.shape == (150, 28, 28, 1) and fitted.dtype == np.uint8 and fitted.max() > 128
 
 
 def test_calibration_leaves_the_callers_array_alone_and_takes_whole_pixels(vit_file):
-    model = tflite_export.load_vit(vit_file)
+    model = tflite.load_vit(vit_file)
     pixels = np.full((120, 28, 28, 3), 100.4, np.float32)
-    fitted = tflite_export.calibration_images(pixels, model)
+    fitted = tflite.calibration_images(pixels, model)
     assert fitted.dtype == np.uint8 and int(fitted.max()) == 100
     rgb = np.full((120, 28, 28, 3), 100.0, np.float32)
-    list(tflite_export.representative_dataset(rgb)())
+    list(tflite.representative_dataset(rgb)())
     assert np.all(rgb == 100.0), "pinning the input range wrote into the caller's array"
 
 
 def test_wrong_settings_fail_before_any_work(vit_file, tmp_path, capsys, monkeypatch):
-    params = tflite_export.load_vit(vit_file).count_params()
+    params = tflite.load_vit(vit_file).count_params()
     monkeypatch.setattr(tflite_export, "FLATBUFFER_LIMIT", 3 * params)  # as ViT-H/14 meets the 2 GiB in float32
     with pytest.raises(ValueError, match="over the 2 GiB a .tflite flatbuffer holds; use float16"):
         tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="float32")
@@ -144,12 +145,12 @@ def test_custom_ops_are_named():
 
     converter = tf.lite.TFLiteConverter.from_concrete_functions([needs_flex.get_concrete_function()])
     converter.allow_custom_ops = True  # what export never allows: a custom op in the flatbuffer
-    assert tflite_export.unsupported_ops(converter.convert()) == ["Svd"]
+    assert tflite.unsupported_ops(converter.convert()) == ["Svd"]
 
 
 def test_a_model_the_runtime_rejects_is_refused_before_writing():
     with pytest.raises(ValueError, match="LiteRT rejects the `quantize`='int8' model"):
-        tflite_export.check_runtime(b"TFL3 but not a model at all", "int8")
+        tflite.check_litert_runs(b"TFL3 but not a model at all", "int8")
 
 
 def test_cli_export_and_verify(vit_file, tmp_path, capsys):
@@ -190,7 +191,7 @@ def test_dynamic_batch(vit_file, tmp_path):
     interpreter.invoke()
     scores = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
     assert scores.shape == (4, 10) and np.allclose(scores.sum(-1), 1.0, atol=1e-5)
-    from vit_keras.convert.verify import delegation_report
+    from vit_keras.convert.runtime import delegation_report
 
     assert not delegation_report(out)["fallback"]  # the class token and readout take no batch-sized op
 
@@ -203,7 +204,7 @@ def test_calibration_size_is_honoured(vit_file, tmp_path, monkeypatch):
         seen.append(len(images))
         return representative_dataset(images)
 
-    representative_dataset = tflite_export.representative_dataset
+    representative_dataset = tflite.representative_dataset
     monkeypatch.setattr(tflite_export, "representative_dataset", counting)
     tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8", calibration=images(350),
                                 calibration_size=320)

@@ -46,7 +46,7 @@ def test_micro_batches_train_like_one_xla_step():
 
 def test_batch_norm_moving_mean_follows_the_whole_batch():
     keras.utils.set_random_seed(0)
-    model = train.build_model(5, 1, (28, 28))  # the quick recipe's conv stem has BatchNorm
+    model = train.build_model_to_train(5, 1, (28, 28))  # the quick recipe's conv stem has BatchNorm
     train.compile_model(model, 0.0, jit_compile=False)
     enable_micro_batches(model, 2)
     x = np.random.default_rng(1).uniform(0, 255, (8, 28, 28, 1)).astype("float32")

@@ -7,6 +7,7 @@ import vit_keras
 import keras
 
 from vit_keras.convert import export as tflite_export
+from vit_keras.convert import tflite
 from vit_keras.convert.ranges import BINS, LEVELS, best_range
 
 
@@ -45,13 +46,13 @@ def test_mse_ranges_narrow_the_calibrated_graph_and_stay_close_to_keras(tmp_path
     from ai_edge_litert import schema_py_generated as schema
 
     from vit_keras.convert.graph import keras_scores
-    from vit_keras.convert.verify import predict
+    from vit_keras.convert.runtime import tflite_scores
 
     keras.utils.set_random_seed(0)
     model = vit_keras.create_model("vit_ti16", image_size=28, channels=1, patch_size=7, num_classes=4, num_layers=1,
                                    hidden_size=32, num_heads=2, mlp_dim=64, include_preprocessing=True)
     images = np.random.default_rng(0).integers(0, 256, (120, 28, 28, 1), dtype=np.uint8)
-    graphs = {name: tflite_export.convert_graph(model, "int8", images, ranges=name) for name in ("minmax", "mse")}
+    graphs = {name: tflite.convert_graph(model, "int8", images, ranges=name) for name in ("minmax", "mse")}
     tensors = {name: schema.ModelT.InitFromPackedBuf(bytearray(data), 0).subgraphs[0].tensors
                for name, data in graphs.items()}
     narrowed = 0
@@ -68,5 +69,5 @@ def test_mse_ranges_narrow_the_calibrated_graph_and_stay_close_to_keras(tmp_path
     reference = keras_scores(model, images[:40])
     for name in graphs:
         path = tmp_path / f"{name}.tflite"
-        path.write_bytes(tflite_export.convert(model, "int8", images, ranges=name))
-        assert np.abs(predict(path, images[:40]) - reference).max() < 0.08, name
+        path.write_bytes(tflite.convert(model, "int8", images, ranges=name))
+        assert np.abs(tflite_scores(path, images[:40]) - reference).max() < 0.08, name

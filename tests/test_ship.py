@@ -10,10 +10,10 @@ import pytest
 from PIL import Image
 
 from vit_keras.apps.cli import main
-from vit_keras.apps.web_export import check_runtime
+from vit_keras.apps.web_export import check_web_runtime
 
 try:
-    check_runtime()
+    check_web_runtime()
     RUNTIME_MISSING = None
 except (OSError, ValueError) as error:
     RUNTIME_MISSING = str(error)

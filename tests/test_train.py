@@ -368,9 +368,9 @@ def test_a_run_finished_before_a_setting_was_recorded_is_not_redone(tmp_path):
 
 
 def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):
-    saved = train.build_model(10, 1, (28, 28), drop_path=0.2, overrides=dict(num_layers=2))
+    saved = train.build_model_to_train(10, 1, (28, 28), drop_path=0.2, overrides=dict(num_layers=2))
     saved.save(tmp_path / "base.keras")
-    tuned = train.build_model(3, 1, (28, 28), weights=str(tmp_path / "base.keras"), drop_path=0.1)
+    tuned = train.build_model_to_train(3, 1, (28, 28), weights=str(tmp_path / "base.keras"), drop_path=0.1)
     assert tuned.get_config()["num_classes"] == 3 and tuned.get_config()["drop_path"] == 0.1
     for source, target in zip(saved.layers, tuned.layers):
         if target.name != "head":
@@ -473,17 +473,17 @@ def test_strategy_choice_and_the_quick_recipes_sizes():
     assert sizes == {side: train.recipe_image_size((side, side), "long") for side in sizes}  # the same grid
     finer = {side: train.recipe_patch(side, (7, 8)) for side in (28, 32, 64)}  # a 7x7 or 8x8 grid
     assert finer == {28: 4, 32: 4, 64: 8}
-    odd = {side: train.build_model(10, 1, (28, 28), image_size=side).get_config()["patch_size"] for side in (21, 30)}
+    odd = {side: train.build_model_to_train(10, 1, (28, 28), image_size=side).get_config()["patch_size"] for side in (21, 30)}
     assert odd == {21: 3, 30: 6}  # the largest whole patch near the recipe's grid: 7x7 and 5x5
-    asked = train.build_model(10, 1, (28, 28), image_size=28, overrides=dict(patch_size=4)).get_config()
+    asked = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=dict(patch_size=4)).get_config()
     assert (asked["patch_size"], asked["stem"]) == (4, "conv")  # the stem follows the patch asked for
 
 
 @pytest.mark.parametrize("pooling, class_token", [("token", True), ("sequence", False), ("gap", False)])
 def test_a_pooling_override_brings_the_class_token_its_readout_needs(pooling, class_token):
-    model = train.build_model(10, 1, (28, 28), overrides=dict(pooling=pooling))
+    model = train.build_model_to_train(10, 1, (28, 28), overrides=dict(pooling=pooling))
     assert model.vit_config["pooling"] == pooling and model.vit_config["class_token"] is class_token
-    kept = train.build_model(10, 1, (28, 28), overrides=dict(pooling="sequence", class_token=True))
+    kept = train.build_model_to_train(10, 1, (28, 28), overrides=dict(pooling="sequence", class_token=True))
     assert kept.vit_config["class_token"] is True
 
 
@@ -531,14 +531,14 @@ plain = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, stem=None)
 sgd = {}
 for strategy in ("default", "mirrored"):
     with train.get_strategy(strategy).scope():
-        model = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain)
+        model = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain)
         model.compile(optimizer=keras.optimizers.SGD(0.05),
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=False)
     model.fit(make_dataset(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
     sgd[strategy] = model.get_weights()
 sgd_gap = max(float(np.abs(a - b).max()) for a, b in zip(sgd["default"], sgd["mirrored"]))
 sgd_step = max(float(np.abs(a - b).max()) for a, b in
-               zip(sgd["default"], train.build_model(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()))
+               zip(sgd["default"], train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()))
 print(json.dumps(dict(sgd_gap=sgd_gap, sgd_step=sgd_step)))
 """
 
@@ -564,13 +564,13 @@ strategy = train.get_strategy(sys.argv[2])
 data = load_dataset("fashion_mnist", "train", limit=256)
 plain = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, stem=None)  # no BatchNorm
 with strategy.scope():
-    model = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain)
+    model = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain)
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.CategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
     if sys.argv[2] == "multi_worker":
         train._prebuild(model, 64, 10)
 model.fit(make_dataset(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
-start = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()
+start = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()
 np.savez(sys.argv[1], *model.get_weights(), step=max(float(np.abs(a - b).max()) for a, b in zip(model.get_weights(), start)))
 """
 
@@ -665,3 +665,15 @@ def test_cli_one_class_folder_and_bad_image_size(capsys, tmp_path):
     assert cli.main(["train", "--out", str(tmp_path / "o"), "--data", f"folder:{tmp_path}", "--image-size", "30",
                      "--patch-size", "4", "--val-fraction", "0.3"]) == 2
     assert "`image_size`=(30, 30) is not divisible by the 'conv' stem's stride 4" in capsys.readouterr().err
+
+
+def test_fit_prints_one_line_an_epoch_when_not_on_a_terminal():
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert train.fit_verbosity("auto", io.StringIO()) == 2  # a log file: one line an epoch
+    assert train.fit_verbosity("auto", Terminal()) == 1  # a terminal: the progress bar
+    assert train.fit_verbosity(0, Terminal()) == 0 and train.fit_verbosity(1, io.StringIO()) == 1  # asked: kept

@@ -47,7 +47,7 @@ def run_script(script, *args, env=None, timeout=600):
 @pytest.mark.slow
 def test_a_jax_run_writes_the_run_folder_and_its_model_exports_to_tflite(tmp_path, fashion_test):
     from vit_keras.convert.export import export_tflite
-    from vit_keras.convert.verify import predict as tflite_predict
+    from vit_keras.convert.runtime import tflite_scores
 
     out = tmp_path / "run"
     trained = run_cli("train", "--data", "fashion_mnist", "--limit", "384", "--epochs", "2", "--batch-size", "64",
@@ -69,7 +69,7 @@ def test_a_jax_run_writes_the_run_folder_and_its_model_exports_to_tflite(tmp_pat
     images = pipeline.fit_images(fashion_test[0][:16], model.input_shape[1:3], 1)  # 28x28 -> the model's 32x32
     expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(images.astype("float32"))))
     for mode in ("float32", "float16", "dynamic", "int8"):
-        scores = tflite_predict(str(tmp_path / f"{mode}.tflite"), images)
+        scores = tflite_scores(str(tmp_path / f"{mode}.tflite"), images)
         assert scores.shape == (16, 10), mode
         agreement = np.mean(scores.argmax(1) == expected.argmax(1))
         assert agreement >= (0.99 if mode == "float32" else 0.8), (mode, agreement)

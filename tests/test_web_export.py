@@ -21,7 +21,7 @@ from PIL import Image
 from app_models import RGB_VIT, bad_inputs, build_rgb_models, photo_files
 from vit_keras.apps.cli import main
 from vit_keras.apps.examples import foolbox_data_dir
-from vit_keras.apps.web_export import RUNTIME_PACKAGE, RUNTIME_VERSION, check_runtime, default_runtime_dir
+from vit_keras.apps.web_export import RUNTIME_PACKAGE, RUNTIME_VERSION, check_web_runtime, default_runtime_dir
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = "/usr/bin/chromium"
@@ -445,7 +445,7 @@ def test_runtime_is_pinned_with_its_integrity_hash():
     assert entry["version"] == RUNTIME_VERSION and entry["integrity"].startswith("sha512-")
     assert "node_modules/" in (REPO / ".gitignore").read_text().split()
     if (default_runtime_dir() / "package.json").is_file():
-        assert check_runtime() == default_runtime_dir()
+        assert check_web_runtime() == default_runtime_dir()
 
 
 @needs_runtime

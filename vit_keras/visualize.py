@@ -21,7 +21,10 @@ import os
 import numpy as np
 
 from vit_keras.constants import LUMA_WEIGHTS
+from vit_keras.data.datasets import decode_image
 from vit_keras.files import atomic_path
+from vit_keras.models.normalization import normalize
+from vit_keras.models.vision_transformer import vision_transformer_of
 
 
 def _embedding(model):
@@ -49,8 +52,6 @@ def model_inputs(model, images, pixels=True):
         raise ValueError(f"`images` must have shape (N, {', '.join(map(str, expected))}); got {images.shape}. "
                          "Use `load_image` to resize a file to the model's input.")
     if pixels and getattr(model, "preprocessing", None) is None:
-        from vit_keras.models.normalization import normalize
-
         images = normalize(images, model.vit_config)  # its pixel_mean / pixel_std (default: the [-1, 1] range)
     return images
 
@@ -58,8 +59,6 @@ def model_inputs(model, images, pixels=True):
 def load_image(path, model):
     """An image file as 0-255 float32 (H, W, C) at the model's input size and channels, decoded as training
     and the app decode it (EXIF orientation, 16-bit, alpha on white); a clear ValueError for unreadable files."""
-    from vit_keras.data.datasets import decode_image
-
     height, width, channels = model.input_shape[1:]
     if channels not in (1, 3):
         raise ValueError(f"Only models with 1 or 3 input channels take image files; this one has {channels}.")
@@ -172,8 +171,6 @@ def attention_map(model, image):
     Its attention-rollout heatmap, scaled to a maximum of 1 and upsampled to (H, W), multiplies the image:
     returns uint8 of the image's shape. ``model``: a ``VisionTransformer`` or a ``vit_keras.compat.vit`` model.
     """
-    from vit_keras.models.vision_transformer import vision_transformer_of
-
     vit = vision_transformer_of(model)
     pixels = np.asarray(image, dtype="float32")
     if pixels.ndim not in (2, 3) or pixels.ndim == 3 and pixels.shape[-1] not in (1, 3) or not pixels.size:

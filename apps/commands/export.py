@@ -38,7 +38,8 @@ def run(args):
     if args.quantize == "int8" and not args.calibration:
         raise ValueError("--quantize int8 (the default) needs --calibration DATA: the training data spec "
                          "(fashion_mnist, tfds:NAME or folder:PATH). Float modes need none.")
-    from vit_keras.convert.export import MIN_CALIBRATION_IMAGES, export_tflite
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.convert.tflite import MIN_CALIBRATION_IMAGES
 
     if args.quantize == "int8" and args.calibration_size < MIN_CALIBRATION_IMAGES:  # before any data loads
         raise ValueError(f"--calibration-size must be at least {MIN_CALIBRATION_IMAGES}; got {args.calibration_size}.")

@@ -61,7 +61,7 @@ def run(args):
     path = visualize.plot_attention_distance(distance, os.path.join(args.out, "attention_distance.png"))
     print(f"mean attention distance per block (px): {', '.join(f'{d:.1f}' for d in distance.mean(axis=1))} -> {path}")
 
-    if model.get_layer("embedding").position_embedding == "none":
+    if model.patch_encoder.position_embedding == "none":
         print("position_similarity.png skipped: the model has no position embedding")
     else:
         similarity = visualize.position_similarity(model)

@@ -133,15 +133,15 @@ def check_export_args(args):
 
     modes = parse_modes(args.export, name="--export")
     if "int8" in modes and args.limit is not None:
-        from vit_keras.convert.export import MIN_CALIBRATION_IMAGES
+        from vit_keras.convert.tflite import MIN_CALIBRATION_IMAGES
 
         if args.limit < MIN_CALIBRATION_IMAGES:
             raise ValueError(f"--export int8 calibrates on at least {MIN_CALIBRATION_IMAGES} training images, but "
                              f"--limit {args.limit} keeps fewer; raise --limit or export a float mode.")
     if args.web:
-        from vit_keras.apps.web_export import check_runtime
+        from vit_keras.apps.web_export import check_web_runtime
 
-        check_runtime()
+        check_web_runtime()
 
 
 def run(args):

@@ -62,7 +62,7 @@ def build_model(image_size, patch_size, num_layers, hidden_size, num_heads, name
 
 def validate_pretrained_top(include_top, pretrained, classes, weights):
     """The number of classes of the head that ``pretrained_top`` loads; a clear error when it cannot."""
-    expected = WEIGHTS[check_weights(weights)]
+    expected = WEIGHTS[check_weights_name(weights)]
     if classes is not None and classes != expected:
         raise ValueError(f"`pretrained_top`=True loads the {weights!r} head, which has {expected} classes; got "
                          f"`classes`={classes}. Pass `classes`={expected} (or leave it out), or "
@@ -75,7 +75,7 @@ def validate_pretrained_top(include_top, pretrained, classes, weights):
     return expected
 
 
-def check_weights(weights):
+def check_weights_name(weights):
     if weights not in WEIGHTS:
         raise ValueError(f"`weights` must be one of {', '.join(map(repr, WEIGHTS))}; got {weights!r}.")
     return weights
@@ -85,7 +85,7 @@ def weights_url(size, weights):
     """Where the old package downloaded ``ViT-{size}`` pretrained on ``weights``."""
     if size not in SIZES:
         raise ValueError(f"`size` must be one of {', '.join(sorted(SIZES))}; got {size!r}.")
-    return f"{BASE_URL}/ViT-{size}_{check_weights(weights)}.npz"
+    return f"{BASE_URL}/ViT-{size}_{check_weights_name(weights)}.npz"
 
 
 def load_pretrained(size, weights, pretrained_top, model, num_x_patches=None, num_y_patches=None):
@@ -108,7 +108,7 @@ def load_pretrained(size, weights, pretrained_top, model, num_x_patches=None, nu
 
 def _build(size, default_name, config, patch_size, image_size, classes, activation, include_top, pretrained,
            pretrained_top, weights):
-    check_weights(weights)
+    check_weights_name(weights)
     for key, value in dict(include_top=include_top, pretrained=pretrained, pretrained_top=pretrained_top).items():
         if not isinstance(value, (bool, np.bool_)):
             raise ValueError(f"`{key}` must be True or False; got {value!r}.")

@@ -22,9 +22,9 @@ import threading
 import keras
 import numpy as np
 
-from vit_keras.validation import pair
 from vit_keras.constants import AUGMENTATIONS, LUMA_WEIGHTS
 from vit_keras.training.distill import hard_targets
+from vit_keras.validation import pair
 
 # Random erasing (Zhong et al. 2020): the erased rectangle's area fraction and aspect ratio (height / width).
 ERASE_AREA = (0.02, 0.4)

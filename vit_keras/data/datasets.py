@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vit_keras.validation import pair
 from vit_keras.constants import SPLITS
+from vit_keras.validation import pair
 
 log = logging.getLogger("vit_keras.data.datasets")
 

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from vit_keras.factory import create_model
+from vit_keras.inference.predict import predict_function
 from vit_keras.models.configs import MODELS, VARIANTS
 
 DEFAULT_MODELS = ("vit_ti16", "vit_s16", "vit_b16")
@@ -75,8 +77,6 @@ def keras_throughput(name, batch, image_size, repeats):
     import keras
     import tensorflow as tf
 
-    from vit_keras.inference.predict import predict_function
-    from vit_keras.factory import create_model
 
     keras.backend.clear_session()
     model = create_model(name, image_size=image_size)

@@ -22,7 +22,6 @@ from keras import ops
 from vit_keras.constants import POSITION_EMBEDDINGS
 from vit_keras.validation import check_choice, check_keywords, pair  # noqa: F401  (pair: the layers' own)
 
-
 register = keras.saving.register_keras_serializable(package="vit_keras")
 
 

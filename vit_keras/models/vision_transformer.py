@@ -18,19 +18,13 @@ import keras
 import numpy as np
 from keras import ops
 
-from vit_keras.models import stems
 from vit_keras.constants import POOLINGS, POSITION_EMBEDDINGS
-from vit_keras.models.normalization import CHECKPOINT, check_normalization, rescaling_layer
+from vit_keras.models import stems
 from vit_keras.models.encoder import TransformerBlock
-from vit_keras.models.layers import (
-    PatchEncoder,
-    check_choice,
-    check_divisible,
-    pair,
-    register,
-)
-from vit_keras.models.readout import TokenPooling
+from vit_keras.models.layers import PatchEncoder, check_choice, check_divisible, pair, register
+from vit_keras.models.normalization import check_normalization, rescaling_layer
 from vit_keras.models.position import resize_axis_embedding, resize_position_embedding
+from vit_keras.models.readout import TokenPooling
 from vit_keras.validation import check_keywords
 
 STEMS = (None, *stems.RESNET_STEMS, "conv")
@@ -45,7 +39,16 @@ BLOCK_NAME = "encoderblock_{}"
 def _part(part, doc):
     """A VisionTransformer property: the layer for ``part`` (see LAYER_NAMES), or None where the model has none."""
     name = LAYER_NAMES[part]
-    return property(lambda model: next((layer for layer in model.layers if layer.name == name), None), doc=doc)
+
+    def layer(model):
+        parts = model.__dict__.get("_parts_by_name")
+        if parts is None:  # a functional model's layers are fixed once built: index them once
+            parts = {layer.name: layer for layer in model.layers}
+            if parts:
+                object.__setattr__(model, "_parts_by_name", parts)  # not a tracked attribute
+        return parts.get(name)
+
+    return property(layer, doc=doc)
 
 
 @register

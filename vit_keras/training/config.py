@@ -9,11 +9,11 @@ import dataclasses
 import numbers
 import os
 
-from vit_keras.data.array_pipeline import check_crop_scale
-from vit_keras.training.backends import check_strategy
 from vit_keras.constants import AUGMENTATIONS, DISTILLATIONS, PRECISIONS
-from vit_keras.validation import check_choice, pair
+from vit_keras.data.array_pipeline import check_crop_scale
 from vit_keras.models.configs import MODELS
+from vit_keras.training.backends import check_strategy
+from vit_keras.validation import check_choice, pair
 
 BASE_BATCH_SIZE = 512
 

@@ -2,7 +2,6 @@
 
 On a few thousand images a ViT learns locality slowly, and a small CNN has it built in. So the CNN trains
 first, for a small share of the budget, and the ViT then learns from its labels as well as the data's:
-
     target = (1 - w) · y + w · onehot(argmax teacher(x)),   w = 1/2
 
 Cross-entropy is linear in its target, so one head trained on this learns DeiT's
@@ -17,13 +16,14 @@ import time
 
 import keras
 
+from vit_keras.training.runs import TEACHER_FILE, save_model
+
 DISTILL_WEIGHT = 0.5  # DeiT's: the data's labels and the teacher's count alike
 TEACHER_LEARNING_RATE = 1e-3
 
 
 def small_cnn(input_shape, num_classes, name="small_cnn"):
     """The classic Keras MNIST convnet, on raw 0-255 pixels:
-
     Conv 3x3 x32, ReLU, MaxPool 2 -> Conv 3x3 x64, ReLU, MaxPool 2 -> Dropout 0.5 -> Flatten -> Dense(classes).
     """
     return keras.Sequential([
@@ -66,8 +66,6 @@ def train_teacher(batches, input_shape, num_classes, steps, seed=0, val_batches=
 def run_teacher(out_dir, train, save=True):
     """The run folder's teacher: ``teacher.keras`` when a run cut short left one, else ``train()``'s, saved
     atomically (``save``: by the chief of several workers) before the student starts."""
-    from vit_keras.training.runs import TEACHER_FILE, save_model
-
     path = os.path.join(out_dir, TEACHER_FILE)
     if os.path.exists(path):
         print(f"teacher: {path} (the run's own, from before it was cut short)")

@@ -2,13 +2,14 @@
 
 import numpy as np
 
+from vit_keras.inference.predict import predict
+
 
 def evaluate_arrays(model, images, labels, class_names, batch_size=256):
     """A dict with loss (cross-entropy of the logits), accuracy, per_class rows and the confusion matrix.
 
     Images are resized / converted to the model's input size and channels by the pipeline.
     """
-    from vit_keras.inference.predict import predict
     from vit_keras.data.pipeline import make_dataset
 
     height, width, channels = model.input_shape[1:]

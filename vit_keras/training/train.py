@@ -23,20 +23,26 @@ TensorFlow and JAX; the torch backend runs eagerly (no torch.compile).
 import dataclasses
 import math
 import os
+import sys
 import time
 
 import keras
 import numpy as np
 
-from vit_keras.training import strategies
 from vit_keras.constants import PRECISIONS
+from vit_keras.data import flip_check
+from vit_keras.data.array_pipeline import make_batches
+from vit_keras.data.datasets import folder_image_size, load_dataset
+from vit_keras.factory import create_model
 from vit_keras.models.layers import register
-from vit_keras.validation import check_choice, pair
-from vit_keras.training.runs import NonFiniteLoss  # noqa: F401  (re-exported: callers catch it from here)
+from vit_keras.models.vision_transformer import VisionTransformer, load_model, resize_model
+from vit_keras.training import distill, runs, strategies
 from vit_keras.training.config import RECIPE_SIDES, RECIPES, TrainConfig, check_weights, is_saved_model
-from vit_keras.training.strategies import get_strategy, worker_role  # noqa: F401  (re-exported: train's choice of devices)
-from vit_keras.training.config import scaled_learning_rate  # noqa: F401  (re-exported: the recipe's rule, documented here)
-from vit_keras.validation import check_keywords
+# Re-exported: callers catch NonFiniteLoss and read the recipe's rule and the choice of devices from here.
+from vit_keras.training.config import scaled_learning_rate  # noqa: F401
+from vit_keras.training.runs import NonFiniteLoss  # noqa: F401
+from vit_keras.training.strategies import get_strategy, worker_role  # noqa: F401
+from vit_keras.validation import check_choice, check_keywords, pair
 
 # Variable names (``variable.name``) kept out of weight decay: LayerNorm/BatchNorm scale and offset,
 # all biases, the position embeddings and the class token.
@@ -112,12 +118,9 @@ def recipe_image_size(data_size, recipe="quick"):
             return (candidate, candidate), patch
 
 
-def build_model(num_classes, channels, data_size, model_name=None, image_size=None, recipe="quick",
+def build_model_to_train(num_classes, channels, data_size, model_name=None, image_size=None, recipe="quick",
                 drop_path=0.0, weights=None, seed=0, overrides=None):
     """The model to train: a named ViT (``model_name``) or the recipe's small ViT, taking raw 0-255 pixels."""
-    from vit_keras.models.vision_transformer import VisionTransformer
-    from vit_keras.factory import create_model
-
     keras.utils.set_random_seed(seed)
     overrides = dict(overrides or {})
     if "pooling" in overrides:  # a class token where its pooling reads one, unless asked otherwise
@@ -146,8 +149,6 @@ def decode_size(data, model_name=None, image_size=None, weights=None, recipe="qu
     if image_size is not None:
         return pair(image_size, "image_size")
     if model_name is None and not is_saved_model(weights) and str(data).startswith("folder:"):
-        from vit_keras.data.datasets import folder_image_size
-
         return recipe_image_size(folder_image_size(data[len("folder:"):]) or (28, 28), recipe)[0]
     return None
 
@@ -155,8 +156,6 @@ def decode_size(data, model_name=None, image_size=None, weights=None, recipe="qu
 def finetune_from(path, num_classes, image_size=None, drop_path=None):
     """A saved VisionTransformer, resized to ``image_size``, with a zero head for ``num_classes`` and the
     given ``drop_path`` (None: the saved one)."""
-    from vit_keras.models.vision_transformer import load_model, resize_model
-
     model = load_model(path)
     if image_size is not None:
         model = resize_model(model, image_size)
@@ -182,8 +181,6 @@ def train(data, out_dir, **options):
 
 def train_with_config(config, out_dir):
     """Train as ``config`` (a ``TrainConfig``) says into ``out_dir``; see ``train``."""
-    from vit_keras.training import runs
-
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
     strategies.check_batch_size(config.batch_size, dist)
@@ -212,8 +209,6 @@ def train_with_config(config, out_dir):
 
 def load_splits(config):
     """The training and validation data, decoded at the model's size where it is known beforehand."""
-    from vit_keras.data.datasets import load_dataset
-
     sources = dict(limit=config.limit, seed=config.seed, data_dir=config.data_dir, val_fraction=config.val_fraction,
                    image_size=decode_size(config.data, config.model_name, config.image_size, config.weights,
                                           config.recipe))
@@ -229,7 +224,6 @@ def choose_flips(config, train_data):
     augment = config.augmentation(len(train_data.labels))
     if augment == "none" or len(train_data.labels) < 20:  # too few images to tell
         return augment != "none"
-    from vit_keras.data import flip_check
 
     keep, plain, flipped = flip_check.flips_keep_labels(train_data.images, train_data.labels, config.seed)
     if keep:
@@ -246,7 +240,7 @@ def choose_flips(config, train_data):
 def build_for_fit(config, train_data, dist):
     """(model, steps per epoch, micro-batches its steps use): the model built and compiled in ``dist``'s scope."""
     num_classes = train_data.num_classes
-    model = build_model(num_classes, train_data.images.shape[-1], train_data.images.shape[1:3], config.model_name,
+    model = build_model_to_train(num_classes, train_data.images.shape[-1], train_data.images.shape[1:3], config.model_name,
                         config.image_size, config.recipe, config.drop_path, config.weights, config.seed,
                         config.model_overrides)
     if len(train_data.images) < config.batch_size:
@@ -277,7 +271,6 @@ def make_teacher(config, vit, out_dir, train_data, val_data, chief=True):
     distill. Every worker trains the same teacher: the same data, seed and steps."""
     if not config.distills(len(train_data.images)):
         return None
-    from vit_keras.training import distill
 
     def train_teacher():
         # Under a distribution strategy the teacher trains on this process's default device: its labels are made
@@ -294,8 +287,6 @@ def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=N
     """``model.fit`` for ``steps`` steps an epoch (``build_for_fit``'s) with the run folder's callbacks (``worker``:
     a non-chief task's name) on ``dist`` (a strategy of ``vit_keras.training.strategies``), the targets mixed with
     ``teacher``'s labels where there is one (``vit_keras.training.distill``); returns its seconds."""
-    from vit_keras.training import runs
-
     count = len(train_data.images)
     repeated = config.repeats_data(count)
     if repeated:
@@ -309,9 +300,18 @@ def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=N
     start = time.perf_counter()
     with strategies.fit_scope(dist):
         model.fit(train_ds, validation_data=val_ds, epochs=config.epochs, callbacks=callbacks,
-                  steps_per_epoch=steps if repeated else None, verbose=config.verbose,
+                  steps_per_epoch=steps if repeated else None, verbose=fit_verbosity(config.verbose),
                   shuffle=False)  # the pipeline shuffles, seeded
     return time.perf_counter() - start
+
+
+def fit_verbosity(verbose, stream=None):
+    """model.fit's ``verbose``: "auto" is a progress bar on a terminal and one line an epoch elsewhere (a log file
+    would otherwise hold every redraw of the bar)."""
+    if verbose != "auto":
+        return verbose
+    stream = sys.stdout if stream is None else stream
+    return 1 if getattr(stream, "isatty", lambda: False)() else 2
 
 
 def input_pipelines(vit, config, train_data, val_data, dist=None, steps_per_epoch=None, teacher=None):
@@ -331,7 +331,6 @@ def input_pipelines(vit, config, train_data, val_data, dist=None, steps_per_epoc
         return (make_dataset(train_data.images, train_data.labels, training=True,
                              repeat=steps_per_epoch is not None, **augment, **options),
                 make_dataset(val_data.images, val_data.labels, **options))
-    from vit_keras.data.array_pipeline import make_batches
 
     shard = strategies.process_shard(dist)
     val_images, val_labels = val_data.images, val_data.labels

@@ -2,7 +2,6 @@
 
 The canonical layout is google-research/vision_transformer's original one (the names and
 shapes of its Flax model, flattened with "/"), which ``save_npz`` also writes:
-
     embedding/{kernel (P,P,C,D), bias}   cls (1,1,D)   Transformer/posembed_input/pos_embedding (1,T,D)
     Transformer/encoderblock_{i}/LayerNorm_0|LayerNorm_2/{scale,bias}
         .../MultiHeadDotProductAttention_1/{query,key,value}/{kernel (D,H,D/H), bias (H,D/H)}

@@ -33,10 +33,10 @@ import warnings
 import numpy as np
 from keras import ops
 
-from vit_keras.models import stems
 from vit_keras.files import atomic_path
-from vit_keras.models.vision_transformer import VisionTransformer
+from vit_keras.models import stems
 from vit_keras.models.position import resize_axis_embedding, resize_position_embedding, table_layout
+from vit_keras.models.vision_transformer import VisionTransformer
 from vit_keras.weights.fetch import resolve
 from vit_keras.weights.google import GRID, PICKLE_HINT, POS, Checkpoint, add_class_position, canonical_google, read_npz
 from vit_keras.weights.normalization import checkpoint_normalization  # noqa: F401  (public here, beside load_weights)

@@ -10,6 +10,8 @@ What each layout records (README, "Input normalization"):
 import json
 import os
 
+from vit_keras.weights.fetch import resolve
+
 HF_PREPROCESSOR = "preprocessor_config.json"
 TIMM_CONFIG = "config.json"
 
@@ -52,8 +54,6 @@ def hugging_face_normalization(preprocessor, source):
 
 def recorded_normalization(weights):
     """create_model's ``pixel_mean="checkpoint"``: the (mean, std) ``weights`` record, or a ValueError."""
-    from vit_keras.weights.fetch import resolve
-
     if weights is None:
         raise ValueError("`pixel_mean`='checkpoint' reads the normalization from `weights`; no `weights` given.")
     path = resolve(weights)

@@ -4,7 +4,6 @@ Read with ``safetensors.numpy``; torch is never imported. PyTorch stores a Linea
 weight as (out, in) and a Conv2d weight as (out, in, kh, kw); the Google layout keeps
 (in, out) kernels and (kh, kw, in, out) convolutions, with attention projections split
 per head. Supported names:
-
   timm ``VisionTransformer`` (+ hybrid ResNetV2 backbone):
     patch_embed.proj, cls_token, pos_embed, blocks.{i}.{norm1, attn.qkv, attn.proj, norm2,
     mlp.fc1, mlp.fc2}, norm, head; patch_embed.backbone.stem.{conv,norm},
