@@ -29,6 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from vit_keras import framework
 from vit_keras.constants import LUMA_WEIGHTS
 from vit_keras.models.normalization import is_uniform, normalize, pixel_normalization
 from vit_keras.models.stems import ResNetV2Stem
@@ -117,7 +118,7 @@ def resnet_stem(stem, x):
 def norm_count(model):
     """How many LayerNorm / GroupNorm layers the model has (each adds one named epsilon node)."""
     kinds = (keras.layers.LayerNormalization, keras.layers.GroupNormalization)
-    return sum(isinstance(layer, kinds) for layer in model._flatten_layers(include_self=False))
+    return sum(isinstance(layer, kinds) for layer in framework.flatten_layers(model))
 
 
 def dense(layer, x, role, kernel=None, bias=None):

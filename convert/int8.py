@@ -1,6 +1,7 @@
 """Which ops an int8 file keeps in float, and the quantization that keeps them there.
 
-    from vit_keras.convert.int8 import quantize_int8, default_float_nodes
+    from vit_keras import framework
+from vit_keras.convert.int8 import quantize_int8, default_float_nodes
     int8_bytes = quantize_int8(calibrated, float_nodes=default_float_nodes(model, calibrated))
 
 ``calibrated`` is the converter's calibrated float graph (``export.convert_graph(model, "int8", images)``). Op
@@ -10,6 +11,7 @@ types are kept in float by type (``INT8_FLOAT_OPS``), single ops by the node nam
 import functools
 import re
 
+from vit_keras import framework
 from vit_keras.models.stems import ResNetV2Stem
 
 from .graph import (ATTENTION_MASK, DENSE_ROLES, GROUPNORM_SHIFT, LAYERNORM_SHIFT, POSITION_ADD, RESIDUAL, STEM_POOL,
@@ -113,7 +115,7 @@ def graph_outputs(model_bytes):
     names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
     inputs = {d["index"] for d in interpreter.get_input_details()}
     return tuple((op["op_name"], names[int(t)], bool(inputs & {int(i) for i in op["inputs"]}))
-                 for op in interpreter._get_ops_details() for t in op["outputs"])
+                 for op in framework.ops_details(interpreter) for t in op["outputs"])
 
 
 def split_float_ops(float_ops):

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from vit_keras import framework
 from vit_keras.constants import RUNTIMES
 
 from . import metadata as tflite_metadata
@@ -124,13 +125,13 @@ def delegation_report(path, threads=2):
 
     interpreter = Interpreter(model_path=os.fspath(path), num_threads=threads)
     interpreter.allocate_tensors()
-    details = interpreter._get_ops_details()
+    details = framework.ops_details(interpreter)
     delegates = [d for d in details if d["op_name"] == "DELEGATE"]
     original = [d for d in details if d["op_name"] != "DELEGATE"]
     producer = {int(t): d for d in original for t in d["outputs"]}
     from_delegate = {int(t) for d in delegates for t in d["outputs"]}
     # Walk back from what the executed plan needs: tensors no delegate produces come from fallback ops.
-    needed = [int(t) for t in interpreter._interpreter.OutputIndices()] + [int(t) for d in delegates for t in d["inputs"]]
+    needed = framework.output_indices(interpreter) + [int(t) for d in delegates for t in d["inputs"]]
     fallback, seen = {}, set()
     while needed:
         tensor = needed.pop()

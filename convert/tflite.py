@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 
+from vit_keras import framework
 from vit_keras.constants import INT8_RANGES, QUANTIZATIONS
 from vit_keras.data.datasets import load_arrays
 from vit_keras.models.vision_transformer import load_model
@@ -162,7 +163,7 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
         converter.representative_dataset = batches
         # Calibrate only, then quantize with the float-kept ops (the QuantizationDebugger's path).
         converter.experimental_mlir_quantizer = True
-        converter._experimental_calibrate_only = True
+        framework.calibrate_only(converter)
     try:
         model_bytes = converter.convert()
     except Exception as error:

@@ -22,6 +22,7 @@ import keras
 if keras.backend.backend() == "tensorflow":  # the module is TensorFlow's; elsewhere it only refuses (below)
     import tensorflow as tf
 
+from vit_keras import framework
 from vit_keras.inference.predict import check_micro_batches, predict_function, split_sizes
 
 # Added to a seed generator's seed per micro-batch index, so micro-batches draw different masks.
@@ -71,7 +72,7 @@ def enable_micro_batches(model, micro_batches):
         loss = _weighted_sum(losses, weights)
         for variable, first, values in zip(model.non_trainable_variables, new_states[0], zip(*new_states)):
             variable.assign(_weighted_sum(values, weights) if keras.backend.is_float_dtype(variable.dtype) else first)
-        model._loss_tracker.update_state(loss, sample_weight=batch)
+        framework.loss_tracker(model).update_state(loss, sample_weight=batch)
         apply(grads, weights)
         y_pred = tf.nest.map_structure(lambda *p: tf.concat(p, 0), *predictions)
         return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
@@ -79,8 +80,8 @@ def enable_micro_batches(model, micro_batches):
     def test_step(data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         y_pred = forward(x)
-        loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False)
-        model._loss_tracker.update_state(loss, sample_weight=tf.shape(x)[0])
+        loss = framework.compute_loss(model, x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False)
+        framework.loss_tracker(model).update_state(loss, sample_weight=tf.shape(x)[0])
         return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     model.train_step, model.test_step = train_step, test_step

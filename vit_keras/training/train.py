@@ -29,6 +29,7 @@ import time
 import keras
 import numpy as np
 
+from vit_keras import framework
 from vit_keras.constants import PRECISIONS
 from vit_keras.data import flip_check
 from vit_keras.data.array_pipeline import make_batches
@@ -351,8 +352,8 @@ def _prebuild(model, batch_size, num_classes):
        metrics: give them a leading axis of 1, so the mean over workers is the usual scalar.
     """
     x = np.zeros((batch_size, *model.input_shape[1:]), "float32")
-    model._symbolic_build(data_batch=(x, np.zeros((batch_size, num_classes), "float32")))
-    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    framework.symbolic_build(model, (x, np.zeros((batch_size, num_classes), "float32")))
+    framework.skip_symbolic_build(model)
     for name in ("train_step", "test_step"):
         step = getattr(model, name)
         setattr(model, name, lambda data, step=step: {k: keras.ops.reshape(v, [1]) for k, v in step(data).items()})
