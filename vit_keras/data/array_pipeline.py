@@ -23,7 +23,7 @@ import keras
 import numpy as np
 
 from vit_keras.constants import AUGMENTATIONS, LUMA_WEIGHTS
-from vit_keras.training.distill import hard_targets
+from vit_keras.data.targets import hard_targets
 from vit_keras.validation import pair
 
 # Random erasing (Zhong et al. 2020): the erased rectangle's area fraction and aspect ratio (height / width).

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_keras.data.array_pipeline import ERASE_AREA, ERASE_ASPECT, check_arrays, check_crop_scale
-from vit_keras.training.distill import hard_targets
+from vit_keras.data.targets import hard_targets
 from vit_keras.validation import pair
 
 # Fixed parallelism instead of tf.data's autotuning: destroying an autotuned iterator, which Keras does

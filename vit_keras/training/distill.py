@@ -16,9 +16,9 @@ import time
 
 import keras
 
+from vit_keras.data.targets import DISTILL_WEIGHT, hard_targets  # noqa: F401  (the targets this module trains for)
 from vit_keras.training.runs import TEACHER_FILE, save_model
 
-DISTILL_WEIGHT = 0.5  # DeiT's: the data's labels and the teacher's count alike
 TEACHER_LEARNING_RATE = 1e-3
 
 
@@ -76,9 +76,3 @@ def run_teacher(out_dir, train, save=True):
     return teacher
 
 
-def hard_targets(labels, teacher_logits, weight=DISTILL_WEIGHT):
-    """(1 - weight) · labels + weight · onehot(argmax teacher_logits): the student's targets (backend tensors)."""
-    ops = keras.ops
-    labels = ops.cast(labels, "float32")
-    teacher_labels = ops.one_hot(ops.argmax(teacher_logits, axis=-1), ops.shape(labels)[-1], dtype="float32")
-    return (1.0 - weight) * labels + weight * teacher_labels
