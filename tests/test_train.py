@@ -642,7 +642,7 @@ def test_cli_bad_input_gives_clean_errors(argv, message, capsys, tmp_path):
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--lr", "0", "--lr must be > 0"), ("--warmup-epochs", "-1", "--warmup-epochs must be >= 0"),
-    ("--label-smoothing", "1", "--label-smoothing must be >= 0 and < 1"), ("--drop-path", "-0.1", "--drop-path"),
+    ("--label-smoothing", "1", "--label-smoothing must be in [0, 1)"), ("--drop-path", "-0.1", "--drop-path"),
     ("--teacher-steps", "0", "--teacher-steps must be a positive integer; got 0."),
     ("--erase", "-0.1", "--erase must be in [0, 1]; got -0.1."),
 ])

@@ -42,3 +42,10 @@ NORMALIZATIONS = {
 
 # ITU-R BT.601 luma weights, as tf.image.rgb_to_grayscale uses them (RGB -> gray).
 LUMA_WEIGHTS = (0.2989, 0.5870, 0.1140)
+
+# TrainConfig's bounds on its float settings, which the CLI checks too: (setting, test, the valid range in words).
+BOUNDS = (("warmup_epochs", lambda v: v >= 0, ">= 0"), ("weight_decay", lambda v: v >= 0, ">= 0"),
+          ("label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"), ("drop_path", lambda v: 0 <= v < 1, "in [0, 1)"),
+          ("mixup", lambda v: v >= 0, ">= 0"), ("cutmix", lambda v: v >= 0, ">= 0"),
+          ("erase", lambda v: 0 <= v <= 1, "in [0, 1]"),
+          ("learning_rate", lambda v: v > 0, "> 0"), ("val_fraction", lambda v: 0 < v < 1, "in (0, 1)"))

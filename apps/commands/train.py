@@ -8,9 +8,10 @@ import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
-from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, DISTILLATIONS, POOLINGS, PRECISIONS,
+from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, BOUNDS, DISTILLATIONS, POOLINGS, PRECISIONS,
                                  QUANTIZATIONS, RECIPES, STRATEGIES)
 
+FLAGS = {"learning_rate": "lr"}  # a TrainConfig setting -> its flag, where the names differ
 OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")  # positive ints
 
 
@@ -99,14 +100,11 @@ def check_args(args):
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer; got {value}.")
     if args.min_steps is not None and args.min_steps < 0:
         raise ValueError(f"--min-steps must be an integer >= 0; got {args.min_steps}.")
-    for name, valid, bounds in (("lr", lambda v: v > 0, "> 0"), ("warmup_epochs", lambda v: v >= 0, ">= 0"),
-                                ("weight_decay", lambda v: v >= 0, ">= 0"), ("mixup", lambda v: v >= 0, ">= 0"),
-                                ("cutmix", lambda v: v >= 0, ">= 0"), ("erase", lambda v: 0 <= v <= 1, "in [0, 1]"),
-                                ("label_smoothing", lambda v: 0 <= v < 1, ">= 0 and < 1"),
-                                ("drop_path", lambda v: 0 <= v < 1, ">= 0 and < 1")):
-        value = getattr(args, name)
+    for name, valid, bounds in BOUNDS:  # TrainConfig's own, checked before anything heavy loads
+        flag = FLAGS.get(name, name)
+        value = getattr(args, flag, None)
         if value is not None and not valid(value):
-            raise ValueError(f"--{name.replace('_', '-')} must be {bounds}; got {value}.")
+            raise ValueError(f"--{flag.replace('_', '-')} must be {bounds}; got {value}.")
     if args.crop_scale is not None and not 0 < args.crop_scale <= 1:
         raise ValueError(f"--crop-scale must be in (0, 1]; got {args.crop_scale}.")
     if not (args.data == "fashion_mnist" or args.data.startswith(("tfds:", "folder:"))):

@@ -9,7 +9,7 @@ import dataclasses
 import numbers
 import os
 
-from vit_keras.constants import AUGMENTATIONS, DISTILLATIONS, PRECISIONS
+from vit_keras.constants import BOUNDS, AUGMENTATIONS, DISTILLATIONS, PRECISIONS
 from vit_keras.data.array_pipeline import check_crop_scale
 from vit_keras.models.configs import MODELS
 from vit_keras.training.backends import check_strategy
@@ -49,11 +49,6 @@ RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "weight_decay", "label_s
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate", "distill")
 # (name, test, what the test asks) for the real-valued hyper-parameters.
-BOUNDS = (("warmup_epochs", lambda v: v >= 0, ">= 0"), ("weight_decay", lambda v: v >= 0, ">= 0"),
-          ("label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"), ("drop_path", lambda v: 0 <= v < 1, "in [0, 1)"),
-          ("mixup", lambda v: v >= 0, ">= 0"), ("cutmix", lambda v: v >= 0, ">= 0"),
-          ("erase", lambda v: 0 <= v <= 1, "in [0, 1]"),
-          ("learning_rate", lambda v: v > 0, "> 0"), ("val_fraction", lambda v: 0 < v < 1, "in (0, 1)"))
 VERBOSITIES = ("auto", 0, 1, 2)  # model.fit's
 
 
