@@ -187,7 +187,7 @@ def ship_run(run_dir, modes, web=False, calibration_size=None, data_dir=None, ru
 
         check_web_runtime(runtime_dir)
     if calibration_size is None:
-        from vit_keras.convert.tflite import DEFAULT_CALIBRATION_IMAGES
+        from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES
 
         calibration_size = DEFAULT_CALIBRATION_IMAGES
     model_path, config = finished_run(run_dir)

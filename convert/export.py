@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from vit_keras.constants import QUANTIZATIONS
+from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, MIN_CALIBRATION_IMAGES, QUANTIZATIONS
 from vit_keras.files import write_bytes
 from vit_keras.models.normalization import pixel_normalization
 from vit_keras.validation import check_keywords
@@ -22,8 +22,7 @@ from .attention_output import ATTENTION_LABELS, attention_labels, attention_meta
 from .graph import check_vit, takes_raw_pixels
 from .int8 import INT8_FLOAT_OPS, split_float_ops
 from .sensitivity import check_min_agreement, convert_fewest_float_ops
-from .tflite import (DEFAULT_CALIBRATION_IMAGES, MIN_CALIBRATION_IMAGES, calibration_images, check_litert_runs,
-                     check_ranges, convert, load_vit)
+from .tflite import calibration_images, check_litert_runs, check_ranges, convert, load_vit
 
 METADATA_FIELDS = ("name", "description", "version", "license", "author")  # classifier_metadata's keywords
 BYTES_PER_WEIGHT = {"float32": 4, "float16": 2, "dynamic": 1, "int8": 1}

@@ -18,11 +18,13 @@ import tempfile
 
 import numpy as np
 
+from vit_keras.constants import MIN_CALIBRATION_IMAGES
+
 from .graph import DENSE_ROLES, keras_scores, norm_count
 from .int8 import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, default_float_nodes, dense_role_nodes, quantize_int8,
                    split_float_ops)
 from .runtime import latency_ms, op_precisions, tflite_scores
-from .tflite import MIN_CALIBRATION_IMAGES, calibration_images, check_builtin_ops, convert_graph
+from .tflite import calibration_images, check_builtin_ops, convert_graph
 
 CANDIDATES = ("CONV_2D", "FULLY_CONNECTED", "ADD", "MEAN", "SUB", "MUL", "CONCATENATION")
 # What ``fewest_float_ops`` may add to the default int8 file's float ops (INT8_FLOAT_OPS): the other ADDs, then

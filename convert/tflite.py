@@ -9,7 +9,7 @@ import re
 import numpy as np
 
 from vit_keras import framework
-from vit_keras.constants import INT8_RANGES, QUANTIZATIONS
+from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, INT8_RANGES, MIN_CALIBRATION_IMAGES, QUANTIZATIONS
 from vit_keras.data.datasets import load_arrays
 from vit_keras.models.vision_transformer import load_model
 
@@ -18,10 +18,6 @@ from .graph import check_vit, concrete_function, norm_count, norm_scales, qkv_sc
 from .int8 import INT8_FLOAT_OPS, default_float_nodes, float_node_names, quantize_int8
 from .ranges import mse_ranges
 
-MIN_CALIBRATION_IMAGES = 100
-
-
-DEFAULT_CALIBRATION_IMAGES = 300
 
 
 def load_vit(path):

@@ -49,3 +49,10 @@ BOUNDS = (("warmup_epochs", lambda v: v >= 0, ">= 0"), ("weight_decay", lambda v
           ("mixup", lambda v: v >= 0, ">= 0"), ("cutmix", lambda v: v >= 0, ">= 0"),
           ("erase", lambda v: 0 <= v <= 1, "in [0, 1]"),
           ("learning_rate", lambda v: v > 0, "> 0"), ("val_fraction", lambda v: 0 < v < 1, "in (0, 1)"))
+
+# Defaults the library and the CLI's help share.
+STEPS_PER_EXECUTION = 8  # TrainConfig.steps_per_execution
+MICRO_BATCHES = 2  # TrainConfig.micro_batches: concurrent XLA programs a step on one device
+VAL_FRACTION = 0.1  # a folder's held-out share
+MIN_CALIBRATION_IMAGES = 100  # int8: fewer leave the activation ranges to chance
+DEFAULT_CALIBRATION_IMAGES = 300

@@ -1,7 +1,7 @@
 """`vit-keras export`: a trained .keras ViT -> .tflite with metadata (labels, normalization) for Android/MediaPipe."""
 
 HELP = "Export a trained ViT (.keras) to TFLite (float32|float16|dynamic|int8) with metadata."
-from vit_keras.constants import INT8_RANGES, QUANTIZATIONS
+from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, INT8_RANGES, QUANTIZATIONS
 
 
 def add_arguments(parser):
@@ -10,7 +10,8 @@ def add_arguments(parser):
                         help="float32, float16, dynamic (range), or int8 (full integer, uint8 input; default)")
     parser.add_argument("--calibration", default=None, metavar="DATA",
                         help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH")
-    parser.add_argument("--calibration-size", type=int, default=300, help="calibration images (default 300)")
+    parser.add_argument("--calibration-size", type=int, default=DEFAULT_CALIBRATION_IMAGES,
+                        help="calibration images (default %(default)s)")
     parser.add_argument("--ranges", default="mse", metavar="|".join(INT8_RANGES),
                         help="int8 activation ranges: mse (the least rounding and clipping error over the "
                              "calibration images; default) or minmax (their min and max)")
@@ -39,7 +40,7 @@ def run(args):
         raise ValueError("--quantize int8 (the default) needs --calibration DATA: the training data spec "
                          "(fashion_mnist, tfds:NAME or folder:PATH). Float modes need none.")
     from vit_keras.convert.export import export_tflite
-    from vit_keras.convert.tflite import MIN_CALIBRATION_IMAGES
+    from vit_keras.constants import MIN_CALIBRATION_IMAGES
 
     if args.quantize == "int8" and args.calibration_size < MIN_CALIBRATION_IMAGES:  # before any data loads
         raise ValueError(f"--calibration-size must be at least {MIN_CALIBRATION_IMAGES}; got {args.calibration_size}.")

@@ -8,8 +8,8 @@ import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
-from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, BOUNDS, DISTILLATIONS, POOLINGS, PRECISIONS,
-                                 QUANTIZATIONS, RECIPES, STRATEGIES)
+from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, BOUNDS, DISTILLATIONS, MICRO_BATCHES, POOLINGS,
+                                 PRECISIONS, QUANTIZATIONS, RECIPES, STEPS_PER_EXECUTION, STRATEGIES, VAL_FRACTION)
 
 FLAGS = {"learning_rate": "lr"}  # a TrainConfig setting -> its flag, where the names differ
 OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")  # positive ints
@@ -66,16 +66,16 @@ def add_arguments(parser):
                         help="start from these weights: a .keras model (fine-tune; new head if the classes differ) "
                              "or a checkpoint that `create_model(weights=...)` reads")
     parser.add_argument("--data-dir", default=None, help="tfds data_dir")
-    parser.add_argument("--val-fraction", type=float, default=0.1, help="held-out fraction of a folder dataset")
+    parser.add_argument("--val-fraction", type=float, default=VAL_FRACTION, help="held-out fraction of a folder dataset")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N examples of each split")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backup-every", type=int, default=None,
                         help="back up for resumption every N steps (default: every epoch)")
     parser.add_argument("--steps-per-execution", type=int, default=None,
-                        help="training steps per call into TensorFlow (fewer Python round trips; default 8)")
+                        help=f"training steps per call into TensorFlow (fewer Python round trips; default {STEPS_PER_EXECUTION})")
     parser.add_argument("--micro-batches", type=int, default=None,
                         help="split each batch into N micro-batches whose XLA programs run concurrently "
-                             "(keeps a small CPU's cores busy; default 2, 1: one program per step)")
+                             f"(keeps a small CPU's cores busy; default {MICRO_BATCHES}, 1: one program per step)")
     parser.add_argument("--no-jit", action="store_true", help="run without XLA (jit_compile=False)")
     parser.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
     parser.add_argument("--export", default=None, metavar="MODE[,MODE...]",
@@ -131,7 +131,7 @@ def check_export_args(args):
 
     modes = parse_modes(args.export, name="--export")
     if "int8" in modes and args.limit is not None:
-        from vit_keras.convert.tflite import MIN_CALIBRATION_IMAGES
+        from vit_keras.constants import MIN_CALIBRATION_IMAGES
 
         if args.limit < MIN_CALIBRATION_IMAGES:
             raise ValueError(f"--export int8 calibrates on at least {MIN_CALIBRATION_IMAGES} training images, but "

@@ -9,7 +9,7 @@ import dataclasses
 import numbers
 import os
 
-from vit_keras.constants import BOUNDS, AUGMENTATIONS, DISTILLATIONS, PRECISIONS
+from vit_keras.constants import BOUNDS, MICRO_BATCHES, STEPS_PER_EXECUTION, VAL_FRACTION, AUGMENTATIONS, DISTILLATIONS, PRECISIONS
 from vit_keras.data.array_pipeline import check_crop_scale
 from vit_keras.models.configs import MODELS
 from vit_keras.training.backends import check_strategy
@@ -143,11 +143,11 @@ class TrainConfig:
     seed: int = 0
     limit: int | None = None
     data_dir: str | None = None
-    val_fraction: float = 0.1
+    val_fraction: float = VAL_FRACTION
     backup_every: int | str = "epoch"
     jit_compile: bool | str = True
-    steps_per_execution: int = 8
-    micro_batches: int = 2
+    steps_per_execution: int = STEPS_PER_EXECUTION
+    micro_batches: int = MICRO_BATCHES
     verbose: int | str = "auto"
     tensorboard: bool = True
     model_overrides: dict | None = None
