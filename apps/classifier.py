@@ -102,8 +102,8 @@ class Classifier:
     def _faster_runner(self, runner, budget_s=0.5):
         """``runner`` (a thread pool) or a single-threaded one, whichever invokes faster; sets ``self.threads``.
 
-        A small model can lose more to the pool than it gains: the 0.1M-parameter Fashion-MNIST ViT ran in 0.13 ms
-        on one thread and 0.31 ms on two of a 2-core Xeon, while ViT-Ti/16 gained from both (21 -> 15 ms).
+        A small model can lose more to the thread pool than it gains, while a large one gains from every core
+        (docs/runtimes.md has the figures).
         """
         batch = np.zeros((1, self.height, self.width, self.channels), self.input_dtype)
         pool_threads, self.threads = self.threads, 1

@@ -128,7 +128,7 @@ def build_demo(classifier, keras_attention=None, examples=None, top_k=5):
 
 def _limit_malloc_arenas(arenas=2):
     """glibc gives each thread pool thread its own malloc arena, and RSS then creeps up under concurrent load
-    (measured: ~5 MB per 50 requests by default, ~2 MB with 2 arenas). Same as MALLOC_ARENA_MAX=2."""
+    (docs/runtimes.md#the-gradio-page). Same as MALLOC_ARENA_MAX=2."""
     try:
         import ctypes
 

@@ -4,7 +4,7 @@
     model_bytes = store_in_half(model_bytes, ("embedding",))
 
 int8 keeps the position embedding's ADD in float, so its table is the one float32 weight left in the file
-(docs/benchmarks.md, "int8 on models trained elsewhere"). In float16 it takes half the bytes, as in a float16
+(docs/benchmarks.md#int8-on-models-trained-elsewhere). In float16 it takes half the bytes, as in a float16
 file: a DEQUANTIZE op turns it back into float32, and XNNPACK unpacks such a static tensor at load time, so the
 graph runs as before.
 """

@@ -20,7 +20,7 @@ from .half_tables import store_in_half
 
 # int8 keeps these ops in float. BATCH_MATMUL, SOFTMAX, GELU, RSQRT: XNNPACK has no int8
 # kernel for them, so in int8 each one splits the graph and runs on slow single-threaded
-# reference kernels (their cost: docs/benchmarks.md, "Export"); MEAN, SUB, MUL: LayerNorm's
+# reference kernels (their cost: docs/benchmarks.md#export-verification-per-op-sensitivity-and-latency); MEAN, SUB, MUL: LayerNorm's
 # statistics, the most sensitive ops in the per-op sensitivity sweep (convert/sensitivity.py).
 # These are also the ViT ops known to lose accuracy in int8 (softmax, GELU, LayerNorm outliers).
 # CONCATENATION, SPLIT, SLICE and the ADDs of the position embedding, the residual stream and LayerNorm's shift
@@ -28,8 +28,8 @@ from .half_tables import store_in_half
 # residual stream from its start and whole LayerNorms in float need no conversions of their own, so each
 # FULLY_CONNECTED has just a QUANTIZE in and a DEQUANTIZE out. A stem (but the conv reading the image) and the
 # reshapes and pads stay in float too (stem_nodes, layout_nodes). The residual stream is never rounded to int8:
-# on models trained elsewhere that rounding was most of int8's loss (docs/benchmarks.md, "int8 on models
-# trained elsewhere").
+# on models trained elsewhere that rounding was most of int8's loss 
+# (docs/benchmarks.md#int8-on-models-trained-elsewhere).
 # The QUANTIZE/DEQUANTIZE ops run inside XNNPACK, so the graph stays one delegated partition and the
 # FULLY_CONNECTED / CONV_2D layers, where the time and the weights are, run in int8.
 INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL", "CONCATENATION", "SLICE",
@@ -59,8 +59,8 @@ def layout_nodes(calibrated):
 
     They compute nothing, but in int8 the converter rounds their input to int8 for them: the tokens' reshape
     after the patch embedding and the class token's PAD rounded the residual stream at its start, and a
-    hybrid's GroupNorm reshapes its stem's activations (docs/benchmarks.md, "int8 on models trained
-    elsewhere"). In float one between int8 ops would cost a conversion pair; ours sit next to float ops.
+    hybrid's GroupNorm reshapes its stem's activations
+    (docs/benchmarks.md#int8-on-models-trained-elsewhere). In float one between int8 ops would cost a conversion pair; ours sit next to float ops.
     """
     return [name for op in LAYOUT_OPS for name, reads_input in op_outputs(calibrated, op) if not reads_input]
 
@@ -71,8 +71,8 @@ def stem_nodes(model, calibrated):
     shifts and unit residuals, the ADDs of its own residual stream (none for a model without a stem).
 
     A stem fixes the tokens' precision: rounded to int8 inside it, the tokens carry that error into every block
-    (what keeping it in float buys in agreement and costs in bytes: docs/benchmarks.md, "The conv stem in float"
-    and "int8 on models trained elsewhere"). The conv that reads the input (RGB -> gray, or the normalization)
+    (what keeping it in float buys in agreement and costs in bytes: docs/benchmarks.md#the-conv-stem-in-float
+    and docs/benchmarks.md#int8-on-models-trained-elsewhere). The conv that reads the input (RGB -> gray, or the normalization)
     stays int8, so the input stays uint8.
     """
     if model.stem is None:

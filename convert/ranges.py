@@ -7,7 +7,7 @@ The converter's calibration records each activation's min and max over the calib
 its 256 levels over that range. One rare value far out stretches the step for all the others. Here each range is
 the one whose 256 levels give the least mean squared error over the calibration images' values: the rounding
 error inside the range plus the clipping error outside it (the "OMSE" range of the ViT quantization literature;
-what it buys: docs/benchmarks.md, "Activation ranges").
+what it buys: docs/benchmarks.md#activation-ranges-least-squared-error-instead-of-minmax).
 """
 
 import os

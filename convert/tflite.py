@@ -128,7 +128,7 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
 
     calibration: int8's calibration images (an array, as ``calibration_images`` returns them), all used.
     smooth_norms: int8 only; the blocks' LayerNorm outputs smoothed into the next FULLY_CONNECTED
-      (``graph.norm_scales``; what it buys: docs/benchmarks.md, "int8 on models trained elsewhere").
+      (``graph.norm_scales``; what it buys: docs/benchmarks.md#int8-on-models-trained-elsewhere).
     ranges: int8 only; "mse": each activation's range is the one with the least int8 rounding and clipping
       error over the calibration images (``ranges.mse_ranges``); "minmax": their min and max, as the converter
       records them.

@@ -23,7 +23,7 @@ from vit_keras.data.targets import hard_targets
 from vit_keras.validation import pair
 
 # Fixed parallelism instead of tf.data's autotuning: destroying an autotuned iterator, which Keras does
-# at every epoch's start, waited on a tf.data thread and left the quick recipe idle for 1-12 s per epoch
+# at every epoch's start, waited on a tf.data thread and left the quick recipe idle for seconds each epoch
 # (a fifth of its training time). The steps work on whole batches, so a map over the cores and two
 # batches in the queue keep up with the model.
 PARALLEL_BATCHES = max(1, min(os.cpu_count() or 1, 16))

@@ -3,7 +3,7 @@
 One XLA program per batch leaves cores idle: TensorFlow's GEMM scales poorly over threads, and
 LayerNorm, softmax and GELU are mostly single-threaded. Splitting the batch into ``micro_batches``
 separately compiled calls lets TensorFlow's inter-op pool run them side by side, so one call's GEMM
-overlaps another's elementwise work (the speed-ups: docs/benchmarks.md, "Concurrent micro-batches").
+overlaps another's elementwise work (the speed-ups: docs/benchmarks.md#concurrent-micro-batches).
 Results equal ``model(x, training=False)`` example by example. Training has the same idea in
 ``microbatch``.
 

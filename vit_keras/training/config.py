@@ -20,13 +20,13 @@ BASE_BATCH_SIZE = 512
 # Both recipes train one design: a hybrid ViT whose conv stem (3x3 stride-2 convs, Xiao et al. 2021) feeds a
 # 4x4 grid of tokens (28x28 images at 32, patch 8) to 4 blocks of width 96, GAP pooling (no class token), tanh
 # GELU. Quick: 20 epochs. Long: 90 epochs with random erasing, which keeps the longer schedule from overfitting.
-# The values won trials on Fashion-MNIST: docs/benchmarks.md, "Why the recipes' values", "The token count" and
-# "Random erasing".
+# The values won trials on Fashion-MNIST: docs/benchmarks.md#why-the-recipes-values, docs/benchmarks.md#the-token-count and
+# docs/benchmarks.md#random-erasing.
 # Small data: the schedule has a floor of `min_steps` optimizer steps (20 epochs over 1,000 images would be 140),
 # the many passes over each image that it makes use random-resized crops, not flips alone, and random erasing
 # (`small_data_erase`, in full from `erase_passes` passes over the images, less below), and the ViT learns from
-# a small CNN's labels too, the CNN trained first for `teacher_steps` (vit_keras.training.distill; docs/benchmarks.md,
-# "Small data against a CNN").
+# a small CNN's labels too, the CNN trained first for `teacher_steps` (vit_keras.training.distill;
+# docs/benchmarks.md#small-data-against-a-cnn).
 MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="gap", class_token=False,
              gelu_approximate=True, stem="conv")
 RECIPES = {

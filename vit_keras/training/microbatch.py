@@ -12,7 +12,7 @@ plain ViT). A BatchNorm (the conv stem) normalizes each micro-batch by its own s
 batch norm") and its moving averages take the weighted mean of the micro-batches' updates.
 Dropout and drop-path draw from a separate seed stream per micro-batch.
 
-The speed-ups: docs/benchmarks.md, "Concurrent micro-batches".
+The speed-ups: docs/benchmarks.md#concurrent-micro-batches.
 
     enable_micro_batches(model, 4)   # after compile(jit_compile=False); then model.fit(...)
 """
