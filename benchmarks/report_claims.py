@@ -37,7 +37,7 @@ def write_report(store, path):
         "# The paper's claims at small scale",
         "",
         "Written by `benchmarks/paper_claims.py` (rerun: `.venv/bin/python benchmarks/paper_claims.py`); "
-        "numbers below are from its last run. This one ran in two sessions (the second with `--resume --seeds 1 0`, "
+        "numbers below are from its last run. This one ran in two parts (the second with `--resume --seeds 1 0`, "
         "which also retrained the (d) model on seed 1), and the longer (d) run with "
         "`--inside-only --train 24000 --epochs 8 --seeds 0`.",
         "",
