@@ -120,7 +120,7 @@ def test_quantization_mode_rejected(vit_file, tmp_path, capsys):
 
 
 def test_unknown_int8_ranges_fail_before_any_conversion(vit_file, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(tflite_export, "convert_graph", None)  # any conversion would fail on this
+    monkeypatch.setattr(tflite, "convert_graph", None)  # any conversion would fail on this
     with pytest.raises(ValueError, match="`ranges`='percentile'.*valid values are mse, minmax"):
         tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8", calibration=images(150),
                                     ranges="percentile")
@@ -205,7 +205,7 @@ def test_calibration_size_is_honoured(vit_file, tmp_path, monkeypatch):
         return representative_dataset(images)
 
     representative_dataset = tflite.representative_dataset
-    monkeypatch.setattr(tflite_export, "representative_dataset", counting)
+    monkeypatch.setattr(tflite, "representative_dataset", counting)
     tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8", calibration=images(350),
                                 calibration_size=320)
     assert seen == [320]
@@ -243,7 +243,7 @@ def test_min_agreement_bad_inputs_fail_before_any_conversion(vit_file, tmp_path,
     def no_conversion(*args, **kwargs):
         raise AssertionError("converted despite bad input")
 
-    monkeypatch.setattr(tflite_export, "convert_graph", no_conversion)
+    monkeypatch.setattr(tflite, "convert_graph", no_conversion)
     settings = {"quantize": "int8", "calibration": images(500), "calibration_size": 500, **settings}
     with pytest.raises(ValueError, match=message):
         tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", **settings)
