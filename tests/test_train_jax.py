@@ -132,12 +132,12 @@ for name in ("default", "data_parallel"):
     dist = train.get_strategy(name)
     replicas[name] = strategies.replica_count(dist)
     with strategies.scope(dist):
-        model = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain)
+        model = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain)
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.CategoricalCrossentropy(from_logits=True))
     with strategies.fit_scope(dist):
         model.fit(make_batches(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
     sgd[name] = model.get_weights()
-start = train.build_model(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()
+start = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()
 gap = max(float(np.abs(a - b).max()) for a, b in zip(sgd["default"], sgd["data_parallel"]))
 step = max(float(np.abs(a - b).max()) for a, b in zip(sgd["default"], start))
 # The trainer over both devices: the recipe's model (conv stem, BatchNorm) and AdamW; 203 validation images end
@@ -197,7 +197,7 @@ precisions = {}
 for precision in ("mixed_bfloat16", "mixed_float16"):
     train.set_precision(precision)
     keras.utils.set_random_seed(0)
-    mixed = train.build_model(10, 1, (28, 28), image_size=28, overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+    mixed = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
     train.compile_model(mixed, 1e-3, precision)
     block = mixed.get_layer("encoderblock_0")
     wide = keras.ops.cast(np.tile([300.0, -300.0], (1, 4, 16)), block.compute_dtype)
