@@ -26,6 +26,7 @@ _EXPORTS = {
     ),
     "position": ("resize_position_embedding",),
     "stems": ("ConvStem", "ResNetV2Stem", "StdConv2D"),
+    "weights_presets": ("get_preset", "list_presets", "preset_labels"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

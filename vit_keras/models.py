@@ -32,6 +32,7 @@ from .layers import (
 from .readout import TokenPooling
 from .position import resize_axis_embedding, resize_position_embedding
 from .validation import check_keywords
+from .weights_presets import is_preset
 
 # Table 1 of the paper, plus the Ti/S widths of DeiT / AugReg.
 VARIANTS = {
@@ -312,9 +313,9 @@ def model_config(name, **overrides):
 
 
 def create_model(
-    name="vit_b16",
-    image_size=224,
-    num_classes=1000,
+    name=None,
+    image_size=None,
+    num_classes=None,
     pooling="token",
     position_embedding="learned",
     dropout=0.0,
@@ -323,18 +324,28 @@ def create_model(
     weights=None,
     **overrides,
 ):
-    """Build a named ViT, optionally loading ``weights`` (a path or URL to a checkpoint, or a Hugging Face folder).
+    """Build a named ViT (default vit_b16, 224 pixels, 1,000 classes), optionally loading ``weights`` (a path or
+    URL to a checkpoint, a Hugging Face folder, or a preset name).
 
-    ``overrides`` take any ``VisionTransformer`` argument (patch_size, hidden_size,
-    num_heads, mlp_dim, num_layers, stem, channels, representation_size,
-    include_preprocessing, pixel_mean, pixel_std, attention_dropout, gelu_approximate, ...).
+    ``name`` may be a preset (``vit_keras.list_presets()``): its model with its weights, image size, classes and
+    normalization, each unless given (``weights_presets.preset_arguments``). ``overrides`` take any
+    ``VisionTransformer`` argument (patch_size, hidden_size, num_heads, mlp_dim, num_layers, stem, channels,
+    representation_size, include_preprocessing, pixel_mean, pixel_std, attention_dropout, gelu_approximate, ...).
     ``pixel_mean="checkpoint"`` takes the input normalization the weights record
     (``weights.checkpoint_normalization``), and refuses weights that record none.
     """
     check_keywords(overrides, VIT_KEYWORDS | set(inspect.signature(create_model).parameters) - {"overrides"},
                    "create_model")
-    config = model_config(name, **overrides)
-    config.setdefault("name", name)
+    if is_preset(name) or is_preset(weights) or (name is not None and name not in MODELS):
+        from .weights_presets import preset_arguments
+
+        name, weights, overrides = preset_arguments(name, weights, dict(
+            overrides, image_size=image_size, num_classes=num_classes, pooling=pooling,
+            position_embedding=position_embedding, include_top=include_top))
+        image_size, num_classes, pooling, position_embedding, include_top = (overrides.pop(key) for key in (
+            "image_size", "num_classes", "pooling", "position_embedding", "include_top"))
+    config = model_config(name or "vit_b16", **overrides)
+    config.setdefault("name", name or "vit_b16")
     if CHECKPOINT in [config.get(key) for key in ("pixel_mean", "pixel_std") if isinstance(config.get(key), str)]:
         from .weights_normalization import recorded_normalization
 
@@ -342,8 +353,8 @@ def create_model(
             config.get("pixel_mean"), config.get("pixel_std"), int(config.get("channels", 3)),
             checkpoint=lambda: recorded_normalization(weights))
     model = VisionTransformer(
-        image_size=image_size, num_classes=num_classes, pooling=pooling,
-        position_embedding=position_embedding, dropout=dropout, drop_path=drop_path,
+        image_size=224 if image_size is None else image_size, num_classes=1000 if num_classes is None else num_classes,
+        pooling=pooling, position_embedding=position_embedding, dropout=dropout, drop_path=drop_path,
         include_top=include_top, **config,
     )
     if weights is not None:
@@ -377,18 +388,11 @@ def _named(name):
     return factory
 
 
-vit_ti16 = _named("vit_ti16")
-vit_s16 = _named("vit_s16")
-vit_s32 = _named("vit_s32")
-vit_b16 = _named("vit_b16")
-vit_b32 = _named("vit_b32")
-vit_b8 = _named("vit_b8")
-vit_l16 = _named("vit_l16")
-vit_l32 = _named("vit_l32")
-vit_h14 = _named("vit_h14")
-vit_r26_s32 = _named("vit_r26_s32")
-vit_r50_b16 = _named("vit_r50_b16")
-vit_r50_l32 = _named("vit_r50_l32")
+vit_ti16, vit_s16, vit_s32, vit_b16, vit_b32, vit_b8 = map(_named, ("vit_ti16", "vit_s16", "vit_s32", "vit_b16",
+                                                                   "vit_b32", "vit_b8"))
+vit_l16, vit_l32, vit_h14, vit_r26_s32, vit_r50_b16, vit_r50_l32 = map(_named, ("vit_l16", "vit_l32", "vit_h14",
+                                                                              "vit_r26_s32", "vit_r50_b16",
+                                                                              "vit_r50_l32"))
 
 
 def resize_model(model, image_size):
