@@ -190,8 +190,11 @@ def find_preset(value):
 
 
 def nearest_presets(name, count=3):
-    """The preset names and aliases closest to ``name`` (difflib), best first."""
-    return difflib.get_close_matches(str(name), [*NAMES, *ALIASES], n=count, cutoff=0.6)
+    """The preset names and aliases closest to ``name`` (difflib), best first, then those containing it."""
+    names = [*NAMES, *ALIASES]
+    near = difflib.get_close_matches(str(name), names, n=count, cutoff=0.6)
+    near += [n for n in names if str(name).lower() in n.lower() and n not in near]
+    return near[:count]
 
 
 def get_preset(name):
@@ -213,14 +216,14 @@ def preset_labels(name):
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def check_architecture(preset, model_name, given):
+def check_architecture(preset, model_name, given, key="model_name"):
     """Refuse a model name or architecture values (``given``: name -> value, None = unset) that differ from
     what ``preset``'s checkpoint was trained as, naming both."""
     from .models import model_config
 
     if model_name is not None and model_name != preset.model:
-        raise ValueError(f"Model {model_name!r} conflicts with preset {preset.name!r}, a {preset.model}: drop the "
-                         f"model name (the preset brings its own) or choose a preset of {model_name}.")
+        raise ValueError(f"`{key}`={model_name!r} conflicts with preset {preset.name!r}, a {preset.model}: drop "
+                         f"`{key}` (the preset brings its model) or choose a preset of {model_name}.")
     config = dict(model_config(preset.model), pooling="token", position_embedding="learned", class_token=True)
     clashes = [f"`{key}`={given[key]!r} (the preset's is {config[key]!r})" for key in ARCHITECTURE
                if given.get(key) is not None and given[key] != config[key]]
@@ -250,7 +253,7 @@ def preset_arguments(name, weights, arguments):
         near = nearest_presets(name)
         raise ValueError(f"Unknown model name {name!r}; valid names are {', '.join(list_models())}, or a preset"
                          + (f" (the nearest: {', '.join(near)})" if near else " (vit_keras.list_presets())") + ".")
-    check_architecture(preset, name, arguments)
+    check_architecture(preset, name, arguments, key="name")
     filled = dict(arguments)
     for key, value in (("image_size", preset.image_size), ("num_classes", preset.num_classes),
                        ("norm_epsilon", preset.norm_epsilon)):
