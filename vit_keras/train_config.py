@@ -32,12 +32,12 @@ MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="ga
              gelu_approximate=True, stem="conv")
 RECIPES = {
     "quick": dict(model=MODEL, grid=(4, 4), epochs=20, min_steps=3000, batch_size=128, base_lr=1.6e-2,
-                  optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
-                  small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0,
+                  optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0,
+                  augment="flip", small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0,
                   small_data_erase=0.25, erase_passes=200, teacher_steps=800),
     "long": dict(model=MODEL, grid=(4, 4), epochs=90, min_steps=8000, batch_size=128, base_lr=1.6e-2,
-                 optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
-                 small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5,
+                 optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0,
+                 augment="flip", small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5,
                  small_data_erase=0.5, erase_passes=200, teacher_steps=2000),
     # Pretrained weights (a preset, a checkpoint, a .keras model): the model is theirs; the values won the trials of
     # docs/benchmarks.md, "Fine-tuning a pretrained ViT".
@@ -50,8 +50,8 @@ RECIPES = {
 # that holds them in whole patches.
 RECIPE_SIDES = (28, 32, 64)
 # The settings a recipe gives a value to when they are left unset (None).
-RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "optimizer", "weight_decay", "label_smoothing", "drop_path", "augment",
-                   "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs", "teacher_steps")
+RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "optimizer", "weight_decay", "label_smoothing", "drop_path",
+                   "augment", "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs", "teacher_steps")
 # The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate", "distill")
@@ -196,8 +196,8 @@ class TrainConfig:
             object.__setattr__(self, "recipe", "finetune" if self.weights else "quick")
         check_choice(self.recipe, "recipe", tuple(RECIPES))
         if self.recipe == "finetune" and not self.weights:
-            raise ValueError("`recipe`='finetune' fine-tunes pretrained weights: pass `weights` (a preset, a checkpoint "
-                             "or a .keras model), or choose 'quick' or 'long' to train from scratch.")
+            raise ValueError("`recipe`='finetune' fine-tunes pretrained weights: pass `weights` (a preset, a "
+                             "checkpoint or a .keras model), or choose 'quick' or 'long' to train from scratch.")
 
     def recipe_reason(self):
         """One line: the recipe the run uses and why."""

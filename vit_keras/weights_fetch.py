@@ -129,11 +129,17 @@ def resolve(weights, cache_dir=None, sha256=None, timeout=60):
 
 
 def local_file(path, sha256=None):
-    """A checkpoint file on disk (a folder: its model.safetensors), checked against ``sha256`` if given."""
-    if os.path.isdir(path):  # a Hugging Face or timm folder
+    """A checkpoint file on disk (a folder: its model.safetensors, or a keras-hub preset's model.weights.h5),
+    checked against ``sha256`` if given."""
+    if os.path.isdir(path):  # a Hugging Face or timm folder, or a keras-hub preset
+        from .weights_keras_hub import BACKBONE_WEIGHTS, is_keras_hub_folder
+
         folder, path = path, os.path.join(path, FOLDER_WEIGHTS)
+        if not os.path.isfile(path) and is_keras_hub_folder(folder):
+            path = os.path.join(folder, BACKBONE_WEIGHTS)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"`weights` folder {folder!r} holds no {FOLDER_WEIGHTS}.")
+            raise FileNotFoundError(f"`weights` folder {folder!r} holds no {FOLDER_WEIGHTS} (a Hugging Face or timm "
+                                    f"folder) nor a keras-hub preset ({BACKBONE_WEIGHTS} with its config.json).")
     if not os.path.isfile(path):
         near = nearest_presets(os.path.basename(path))
         hint = f" It is no preset either; the nearest are {', '.join(near)}." if near and os.sep not in path else ""
