@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .constants import SPLITS
-from .sampling import apply_limit, tfds_kept
+from .sampling import apply_limit, balanced_order, describe, tfds_kept
 
 log = logging.getLogger("vit_keras.data")
 
@@ -62,12 +62,11 @@ def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fra
                  whole_folder=False):
     """An ``ArrayDataset`` (with the list of skipped files, and which images they are) for ``spec``.
 
-    ``limit`` keeps a seeded, class-balanced sample of N examples (``vit_keras.sampling``) and prints how many of
-    each class it kept.
+    ``limit`` keeps a seeded, class-balanced sample of N examples (``vit_keras.sampling``), printing what it kept.
     ``whole_folder``: a plain class-per-sub-folder tree gives all its images for any split (evaluating on a
     folder the model was not trained on), not the seeded held-out part.
-    ``image_size`` (int or (h, w)) resizes folder images as they are decoded; by default a folder
-    is resized to its most common size, scaled down to at most ``MAX_SIDE`` on the long side.
+    ``image_size`` (int or (h, w)) resizes folder images as they are decoded; by default a folder is resized to
+    its most common size, scaled down to at most ``MAX_SIDE`` on the long side.
     """
     if split not in SPLITS:
         raise ValueError(f"Unknown `split`={split!r}; valid values are {', '.join(map(repr, SPLITS))}.")
@@ -346,8 +345,6 @@ def _held_out(files, labels, class_names, split, seed, val_fraction, where="the 
 
 def _folder(path, split, seed, val_fraction, image_size, limit=None, whole=False):
     files, labels, class_names, source = folder_split(path, split, seed, val_fraction, whole)
-    kept = apply_limit(labels, limit, seed, class_names)
-    files, labels = [files[i] for i in kept], labels[kept]
     if image_size is not None:
         from .layers import pair
 
@@ -355,17 +352,22 @@ def _folder(path, split, seed, val_fraction, image_size, limit=None, whole=False
     else:
         target = _common_size(files, path)
     images, kept, skipped = [], [], []
-    for file, label in zip(files, labels):
+    for i in balanced_order(labels, seed) if limit is not None and limit < len(files) else range(len(files)):
+        if limit is not None and len(images) == int(limit):  # a class-balanced sample of readable images
+            break
         try:
-            images.append(decode_image(file, target))
-            kept.append(label)
+            images.append(decode_image(files[i], target))
+            kept.append(i)
         except Exception as error:  # Pillow raises many types for bad files
-            skipped.append((file, f"{type(error).__name__}: {error}"))
+            skipped.append((files[i], f"{type(error).__name__}: {error}"))
+    if limit is not None and len(kept) < len(files):
+        print(describe(labels, kept, class_names, limit, seed))
     if skipped:
         log.warning("Skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0][0])
     if not images:
         raise ValueError(f"No readable images in the {split!r} split of {path!r} ({len(skipped)} skipped).")
-    return ArrayDataset(_stack_images(images, target), np.asarray(kept, np.int64), class_names, skipped, source)
+    images = _stack_images([images[j] for j in np.argsort(kept)], target)  # in the split's order
+    return ArrayDataset(images, labels[np.sort(kept)].astype(np.int64), class_names, skipped, source)
 
 
 def folder_image_size(path):

@@ -10,25 +10,26 @@ import numpy as np
 SHOWN_CLASSES = 12  # the per-class counts a report lists by name
 
 
-def balanced_indices(labels, limit, seed=0):
-    """Sorted indices of at most ``limit`` examples of ``labels`` (int array), as even over the classes as they
-    allow, drawn with ``seed``."""
+def balanced_order(labels, seed=0):
+    """Every index of ``labels``, ordered so that each prefix is as even over the classes as they allow: rounds
+    of one image a class, the classes in a seeded order each round, each class's images in a seeded order."""
     labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    rank = np.empty(len(labels), np.int64)  # an image's place in its class's seeded order
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        rank[members] = rng.permutation(len(members))
+    classes = np.unique(labels, return_inverse=True)[1]
+    turn = rng.random((int(rank.max(initial=0)) + 1, int(classes.max(initial=0)) + 1))  # each round's class order
+    return np.lexsort((turn[rank, classes], rank))
+
+
+def balanced_indices(labels, limit, seed=0):
+    """Sorted indices of at most ``limit`` examples of ``labels``, as even over the classes as they allow (a
+    class with fewer images than its share gives them all, the others share the rest), drawn with ``seed``."""
     if limit is None or limit >= len(labels):
         return np.arange(len(labels))
-    rng = np.random.default_rng(seed)
-    members = {int(c): rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)}
-    quota = dict.fromkeys(members, 0)
-    left = int(limit)
-    while left:  # deal the limit out class by class, skipping the classes that ran out
-        open_classes = [c for c in members if quota[c] < len(members[c])]
-        share, extra = divmod(left, len(open_classes))
-        lucky = set(rng.choice(open_classes, extra, replace=False).tolist()) if extra else set()
-        for c in open_classes:
-            grant = min(share + (c in lucky), len(members[c]) - quota[c])
-            quota[c] += grant
-            left -= grant
-    return np.sort(np.concatenate([members[c][:quota[c]] for c in members]))
+    return np.sort(balanced_order(labels, seed)[:int(limit)])
 
 
 def describe(labels, kept, class_names, limit, seed):
