@@ -20,6 +20,7 @@ COMMANDS = {
     "explain": "explain",
     "inspect": "inspect_model",
     "bench": "bench",
+    "presets": "presets",
 }
 
 # The commands whose work is TensorFlow compute, which tcmalloc speeds up (apps/allocator.py). The others run

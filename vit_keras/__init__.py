@@ -24,6 +24,7 @@ _EXPORTS = {
     "models.position": ("resize_position_embedding",),
     "models.stems": ("ConvStem", "ResNetV2Stem", "StdConv2D"),
     "factory": ("create_model",),
+    "weights.presets": ("get_preset", "list_presets", "preset_labels"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

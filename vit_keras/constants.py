@@ -14,7 +14,8 @@ BACKEND_STRATEGIES = {
     "torch": ("auto", "default"),  # one device: Keras's torch trainer has no distribution
 }
 STRATEGIES = tuple(dict.fromkeys(name for names in BACKEND_STRATEGIES.values() for name in names))  # all of them
-RECIPES = ("quick", "long")  # the hyper-parameter tables are in vit_keras.training.config
+RECIPES = ("quick", "long", "finetune")  # the hyper-parameter tables are in vit_keras.training.config
+OPTIMIZERS = ("adamw", "sgd")  # AdamW (decoupled weight decay) and SGD with momentum 0.9
 AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
 # A CNN teacher's labels (vit_keras.training.distill): "auto" distills where the recipe's ViT trains on small data.
 DISTILLATIONS = ("auto", "cnn", "none")

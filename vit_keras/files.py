@@ -25,14 +25,19 @@ def atomic_path(path):
     os.close(handle)
     try:
         yield temp
-        with open(temp, "rb") as written:
-            os.fsync(written.fileno())
-        os.chmod(temp, 0o666 & ~_umask())
-        os.replace(temp, path)
+        publish(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(temp)
         raise
+
+
+def publish(temp, path):
+    """Sync a finished ``temp`` file, give it the usual permissions and rename it to ``path`` (atomic)."""
+    with open(temp, "rb") as written:
+        os.fsync(written.fileno())
+    os.chmod(temp, 0o666 & ~_umask())
+    os.replace(temp, path)
 
 
 def write_bytes(path, data):

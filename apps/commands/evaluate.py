@@ -15,7 +15,8 @@ def add_arguments(parser):
                              "model was trained on, its seeded held-out part; any other folder, all of it")
     parser.add_argument("--confusion", default=None, help="write the confusion matrix as this PNG")
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N images")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="evaluate a seeded, class-balanced sample of N images (it prints how many of each class)")
     parser.add_argument("--data-dir", default=None, help="tfds data_dir")
     parser.add_argument("--val-fraction", type=float, default=None,
                         help="a folder's held-out fraction (default: the training run's, from its config.json; else 0.1)")

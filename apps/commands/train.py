@@ -8,8 +8,9 @@ import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
-from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, BOUNDS, DISTILLATIONS, MICRO_BATCHES, POOLINGS,
-                                 PRECISIONS, QUANTIZATIONS, RECIPES, STEPS_PER_EXECUTION, STRATEGIES, VAL_FRACTION)
+from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, BOUNDS, DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS,
+                                 POOLINGS, PRECISIONS, QUANTIZATIONS, RECIPES, STEPS_PER_EXECUTION, STRATEGIES,
+                                 VAL_FRACTION)
 
 FLAGS = {"learning_rate": "lr"}  # a TrainConfig setting -> its flag, where the names differ
 OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")  # positive ints
@@ -21,7 +22,9 @@ def add_arguments(parser):
     parser.add_argument("--out", required=True, help="run directory: model.keras, labels.txt, history.csv, config.json")
     parser.add_argument("--model", default=None,
                         help="a model name (vit_ti16, vit_s16, ...); default: the recipe's small ViT for the data's size")
-    parser.add_argument("--image-size", type=int, default=None, help="input size (default: from the data)")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="input size (default: from the data; when fine-tuning, the largest the machine trains "
+                             "fast, printed with why)")
     parser.add_argument("--patch-size", type=int, default=None, help="override the model's patch size")
     parser.add_argument("--hidden-size", type=int, default=None, help="override the model's width")
     parser.add_argument("--num-layers", type=int, default=None, help="override the model's depth")
@@ -31,12 +34,17 @@ def add_arguments(parser):
                         help="eq. 4's readout: class token, GAP, or CCT's sequence pooling (default: the recipe's)")
     parser.add_argument("--locality-attention", action="store_true",
                         help="Locality Self-Attention in every block (diagonal masked, learned temperature)")
-    parser.add_argument("--recipe", choices=RECIPES, default="quick", help="hyper-parameter defaults (default: quick)")
+    parser.add_argument("--recipe", choices=RECIPES, default=None,
+                        help="hyper-parameter defaults: quick, long (from scratch) or finetune (pretrained weights; "
+                             "it also picks the image size for the machine). Default: finetune with --weights, "
+                             "else quick; the run prints which and why")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--min-steps", type=int, default=None, metavar="N",
                         help="the fewest optimizer steps: on small data each epoch repeats the images until the run "
                              "has N steps (default: the recipe's floor when --epochs is unset, else 0)")
     parser.add_argument("--batch-size", type=int, default=None, help="global batch size (split over replicas)")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                        help="adamw or sgd (momentum 0.9, the paper's fine-tuning); default: the recipe's")
     parser.add_argument("--lr", type=float, default=None,
                         help="peak learning rate (default: the recipe's base LR * batch_size / 512)")
     parser.add_argument("--weight-decay", type=float, default=None)
@@ -63,11 +71,14 @@ def add_arguments(parser):
                         help="devices: " + "; ".join(f"KERAS_BACKEND={backend}: {', '.join(names)}"
                                                      for backend, names in BACKEND_STRATEGIES.items()))
     parser.add_argument("--weights", default=None,
-                        help="start from these weights: a .keras model (fine-tune; new head if the classes differ) "
-                             "or a checkpoint that `create_model(weights=...)` reads")
+                        help="start from these weights: a preset (`vit-keras presets` lists them; it brings its "
+                             "model), a .keras model (fine-tune; new head if the classes differ) or a checkpoint "
+                             "that `create_model(weights=...)` reads")
     parser.add_argument("--data-dir", default=None, help="tfds data_dir")
     parser.add_argument("--val-fraction", type=float, default=VAL_FRACTION, help="held-out fraction of a folder dataset")
-    parser.add_argument("--limit", type=int, default=None, help="use only the first N examples of each split")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="use a seeded, class-balanced sample of N examples of each split (it prints how many "
+                             "of each class)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backup-every", type=int, default=None,
                         help="back up for resumption every N steps (default: every epoch)")
@@ -111,8 +122,14 @@ def check_args(args):
         raise ValueError(f"--data must be fashion_mnist, tfds:NAME or folder:PATH; got {args.data!r}.")
     if args.data.startswith("folder:") and not os.path.isdir(args.data[7:]):
         raise FileNotFoundError(f"--data folder {args.data[7:]!r} does not exist.")
-    if args.weights and not args.weights.startswith(("http://", "https://")) and not os.path.exists(args.weights):
-        raise FileNotFoundError(f"--weights {args.weights!r} does not exist.")
+    if args.weights and not args.weights.startswith(("http://", "https://", "gs://")) \
+            and not os.path.exists(args.weights):
+        from vit_keras.weights.presets import is_preset, nearest_presets
+
+        if not is_preset(args.weights):
+            near = nearest_presets(args.weights)
+            raise FileNotFoundError(f"--weights {args.weights!r} does not exist, and is no preset"
+                                    + (f"; the nearest presets: {', '.join(near)}." if near else "."))
     if args.model is not None:
         from vit_keras.models.configs import MODELS
 
@@ -149,7 +166,8 @@ def run(args):
     try:
         config = train.train(
             args.data, args.out, model_name=args.model, image_size=args.image_size, recipe=args.recipe,
-            epochs=args.epochs, min_steps=args.min_steps, batch_size=args.batch_size, learning_rate=args.lr, weight_decay=args.weight_decay,
+            epochs=args.epochs, min_steps=args.min_steps, batch_size=args.batch_size, optimizer=args.optimizer,
+            learning_rate=args.lr, weight_decay=args.weight_decay,
             label_smoothing=args.label_smoothing, drop_path=args.drop_path, augment=args.augment,
             crop_scale=None if args.crop_scale is None else (args.crop_scale, 1.0), mixup=args.mixup,
             cutmix=args.cutmix, erase=args.erase, warmup_epochs=args.warmup_epochs, distill=args.distill,

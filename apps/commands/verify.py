@@ -8,7 +8,8 @@ def add_arguments(parser):
     parser.add_argument("--against", required=True, metavar="MODEL.keras", help="the Keras model they came from")
     parser.add_argument("--data", required=True, help="test data spec: fashion_mnist, tfds:NAME or folder:PATH")
     parser.add_argument("--split", default="test", help="data split (default test)")
-    parser.add_argument("--limit", type=int, default=None, help="use the first N test images")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="a seeded, class-balanced sample of N test images (it prints how many of each class)")
     parser.add_argument("--runs", type=int, default=50, help="timed runs per latency figure (median; default 50)")
     parser.add_argument("--threads", default="1,2", help="thread counts to time (default 1,2)")
 

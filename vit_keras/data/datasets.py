@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vit_keras.constants import SPLITS
+from vit_keras.data.sampling import apply_limit, balanced_order, describe, tfds_kept
 from vit_keras.validation import pair
 
 log = logging.getLogger("vit_keras.data.datasets")
@@ -62,11 +63,11 @@ def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fra
                  whole_folder=False):
     """An ``ArrayDataset`` (with the list of skipped files, and which images they are) for ``spec``.
 
-    ``limit`` keeps the first N examples (after the seeded shuffle for folders).
+    ``limit`` keeps a seeded, class-balanced sample of N examples (``vit_keras.data.sampling``), printing what it kept.
     ``whole_folder``: a plain class-per-sub-folder tree gives all its images for any split (evaluating on a
     folder the model was not trained on), not the seeded held-out part.
-    ``image_size`` (int or (h, w)) resizes folder images as they are decoded; by default a folder
-    is resized to its most common size, scaled down to at most ``MAX_SIDE`` on the long side.
+    ``image_size`` (int or (h, w)) resizes folder images as they are decoded; by default a folder is resized to
+    its most common size, scaled down to at most ``MAX_SIDE`` on the long side.
     """
     if split not in SPLITS:
         raise ValueError(f"Unknown `split`={split!r}; valid values are {', '.join(map(repr, SPLITS))}.")
@@ -76,14 +77,14 @@ def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fra
         raise ValueError(f"`data` must be 'fashion_mnist', 'tfds:NAME' or 'folder:PATH'; got {spec!r}.")
     if spec == "fashion_mnist":
         data = _fashion_mnist(split, data_dir)
+        kept = apply_limit(data.labels, limit, seed, data.class_names)
+        data.images, data.labels = data.images[kept], data.labels[kept]
     elif spec.startswith("tfds:"):
         data = _tfds(spec[5:], split, data_dir, seed, val_fraction, limit)
     elif spec.startswith("folder:"):
         data = _folder(spec[7:], split, seed, val_fraction, image_size, limit, whole_folder)
     else:
         raise ValueError(f"Unknown dataset {spec!r}; valid values are 'fashion_mnist', 'tfds:NAME', 'folder:PATH'.")
-    if limit is not None:
-        data.images, data.labels = data.images[: int(limit)], data.labels[: int(limit)]
     return data
 
 
@@ -117,7 +118,8 @@ def _fashion_mnist(split, data_dir):
     return _tfds("fashion_mnist", split, data_dir)
 
 
-def _tfds(name, split, data_dir, seed=0, val_fraction=0.1, limit=None):
+def _tfds_builder(name, data_dir):
+    """A prepared tfds builder (downloaded and prepared here if it is not), or a clear error."""
     if not name:
         raise ValueError("`data`='tfds:NAME' needs a dataset name, e.g. 'tfds:cifar10'.")
     import tensorflow_datasets as tfds
@@ -134,8 +136,15 @@ def _tfds(name, split, data_dir, seed=0, val_fraction=0.1, limit=None):
                 f"tfds dataset {name!r} is not prepared in {builder.data_dir!r} and could not be downloaded "
                 f"({type(error).__name__}: {error}). Prepare it with `tfds build {name}` or pass data_dir."
             ) from None
+    return builder
+
+
+def _tfds(name, split, data_dir, seed=0, val_fraction=0.1, limit=None):
+    import tensorflow_datasets as tfds
+
+    builder = _tfds_builder(name, data_dir)
     splits = builder.info.splits
-    wanted = None  # a train-only dataset: "val"/"test" are a seeded part of train, which keeps the rest
+    candidates = None  # a train-only dataset: "val"/"test" are a seeded part of train, which keeps the rest
     tfds_split = split
     if split == "val":
         tfds_split = "validation" if "validation" in splits else "test"
@@ -143,28 +152,24 @@ def _tfds(name, split, data_dir, seed=0, val_fraction=0.1, limit=None):
         tfds_split = "validation"
     if list(splits) == ["train"]:
         train, val = split_indices(splits["train"].num_examples, seed, val_fraction)
-        kept = (train if split == "train" else val)[: None if limit is None else int(limit)]
-        wanted, tfds_split = set(kept.tolist()), "train"
+        candidates, tfds_split = (train if split == "train" else val), "train"
     if tfds_split not in splits:
         raise ValueError(f"tfds dataset {name!r} has no {split!r} split; it has {', '.join(splits)}.")
     keys = builder.info.supervised_keys
     if not keys:
         raise ValueError(f"tfds dataset {name!r} has no (image, label) supervised keys.")
-    image_key, label_key = keys[0], keys[1]
-    sliced = limit is not None and wanted is None  # decode only what is asked for
-    dataset = builder.as_dataset(split=f"{tfds_split}[:{int(limit)}]" if sliced else tfds_split, shuffle_files=False)
+    wanted = tfds_kept(builder, tfds_split, keys, candidates, limit, seed)
     images, labels = [], []
-    for index, example in enumerate(tfds.as_numpy(dataset)):
+    for index, example in enumerate(tfds.as_numpy(builder.as_dataset(split=tfds_split, shuffle_files=False))):
         if wanted is None or index in wanted:
-            images.append(_ensure_hwc(np.asarray(example[image_key])))
-            labels.append(int(example[label_key]))
+            images.append(_ensure_hwc(np.asarray(example[keys[0]])))
+            labels.append(int(example[keys[1]]))
     if not images:
         raise ValueError(f"tfds dataset {name!r} split {tfds_split!r} is empty.")
-    images = _stack_images(images, target_size=None)
-    label_feature = builder.info.features[label_key]
+    label_feature = builder.info.features[keys[1]]
     num_classes = getattr(label_feature, "num_classes", None) or max(labels) + 1
     names = getattr(label_feature, "names", None) or [str(i) for i in range(num_classes)]
-    return ArrayDataset(images, np.asarray(labels, np.int64), list(names))
+    return ArrayDataset(_stack_images(images, target_size=None), np.asarray(labels, np.int64), list(names))
 
 
 def _ensure_hwc(image):
@@ -346,19 +351,22 @@ def _folder(path, split, seed, val_fraction, image_size, limit=None, whole=False
     else:
         target = _common_size(files, path)
     images, kept, skipped = [], [], []
-    for file, label in zip(files, labels):
-        if limit is not None and len(images) == int(limit):  # e.g. 300 calibration images of a big folder
+    for i in balanced_order(labels, seed) if limit is not None and limit < len(files) else range(len(files)):
+        if limit is not None and len(images) == int(limit):  # a class-balanced sample of readable images
             break
         try:
-            images.append(decode_image(file, target))
-            kept.append(label)
+            images.append(decode_image(files[i], target))
+            kept.append(i)
         except Exception as error:  # Pillow raises many types for bad files
-            skipped.append((file, f"{type(error).__name__}: {error}"))
+            skipped.append((files[i], f"{type(error).__name__}: {error}"))
+    if limit is not None and len(kept) < len(files):
+        print(describe(labels, kept, class_names, limit, seed))
     if skipped:
         log.warning("Skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0][0])
     if not images:
         raise ValueError(f"No readable images in the {split!r} split of {path!r} ({len(skipped)} skipped).")
-    return ArrayDataset(_stack_images(images, target), np.asarray(kept, np.int64), class_names, skipped, source)
+    images = _stack_images([images[j] for j in np.argsort(kept)], target)  # in the split's order
+    return ArrayDataset(images, labels[np.sort(kept)].astype(np.int64), class_names, skipped, source)
 
 
 def folder_image_size(path):

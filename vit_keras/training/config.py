@@ -9,11 +9,13 @@ import dataclasses
 import numbers
 import os
 
-from vit_keras.constants import BOUNDS, MICRO_BATCHES, STEPS_PER_EXECUTION, VAL_FRACTION, AUGMENTATIONS, DISTILLATIONS, PRECISIONS
+from vit_keras.constants import (AUGMENTATIONS, BOUNDS, DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS, PRECISIONS,
+                                 STEPS_PER_EXECUTION, VAL_FRACTION)
 from vit_keras.data.array_pipeline import check_crop_scale
 from vit_keras.models.configs import MODELS
 from vit_keras.training.backends import check_strategy
 from vit_keras.validation import check_choice, pair
+from vit_keras.weights.presets import check_architecture, find_preset, nearest_presets
 
 BASE_BATCH_SIZE = 512
 
@@ -31,20 +33,28 @@ MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="ga
              gelu_approximate=True, stem="conv")
 RECIPES = {
     "quick": dict(model=MODEL, grid=(4, 4), epochs=20, min_steps=3000, batch_size=128, base_lr=1.6e-2,
-                  weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
-                  small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0,
+                  optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0,
+                  augment="flip", small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0,
                   small_data_erase=0.25, erase_passes=200, teacher_steps=800),
     "long": dict(model=MODEL, grid=(4, 4), epochs=90, min_steps=8000, batch_size=128, base_lr=1.6e-2,
-                 weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0, augment="flip",
-                 small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5,
+                 optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0,
+                 augment="flip", small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5,
                  small_data_erase=0.5, erase_passes=200, teacher_steps=2000),
+    # Pretrained weights (a preset, a checkpoint, a .keras model): the model is theirs. The paper's fine-tuning
+    # (Appendix B.1.1: SGD with momentum 0.9, no weight decay, clipping at global norm 1, cosine decay after a
+    # warm-up; the zero head is the loader's), at peak LR 0.02 for batch 64; 3 epochs with a floor of 300 steps.
+    # SGD beat AdamW at its best LR in the trials of docs/benchmarks.md, "Fine-tuning a pretrained ViT".
+    "finetune": dict(model=None, grid=None, epochs=3, min_steps=300, batch_size=64, base_lr=0.16,
+                     optimizer="sgd", weight_decay=0.0, warmup_epochs=0.5, label_smoothing=0.0, drop_path=0.0,
+                     augment="flip", small_data_augment="flip", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0,
+                     erase=0.0, small_data_erase=0.0, erase_passes=200, teacher_steps=800),
 }
 # The input sizes the recipes' ViT takes (vit_keras.training.train.recipe_image_size): images are resized to the first
 # that holds them in whole patches.
 RECIPE_SIDES = (28, 32, 64)
 # The settings a recipe gives a value to when they are left unset (None).
-RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "weight_decay", "label_smoothing", "drop_path", "augment",
-                   "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs", "teacher_steps")
+RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "optimizer", "weight_decay", "label_smoothing", "drop_path",
+                   "augment", "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs", "teacher_steps")
 # The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate", "distill")
@@ -63,7 +73,7 @@ def is_saved_model(weights):
 
 
 def check_weights(weights, model_name, overrides):
-    """A .keras file brings its own architecture; any other checkpoint needs a named model to load into."""
+    """A .keras file and a preset bring their own architecture; any other checkpoint needs a named model."""
     if not weights:
         return
     if is_saved_model(weights):
@@ -71,9 +81,11 @@ def check_weights(weights, model_name, overrides):
             raise ValueError(f"`weights`={str(weights)!r} is a saved model with its own architecture; drop "
                              f"`model_name`/architecture overrides ({model_name or ', '.join(overrides)}) or pass a "
                              "checkpoint (.npz, .safetensors) with `model_name`.")
-    elif model_name is None:
+    elif model_name is None and find_preset(weights) is None:
+        near = [] if os.path.exists(str(weights)) else nearest_presets(weights)
         raise ValueError(f"`weights`={str(weights)!r} is a checkpoint for a named model: pass `model_name` (e.g. "
-                         "'vit_ti16'), or a .keras model saved by an earlier run.")
+                         "'vit_ti16'), a preset, or a .keras model saved by an earlier run."
+                         + (f" The nearest presets: {', '.join(near)}." if near else ""))
 
 
 def is_count(value):
@@ -88,7 +100,9 @@ class TrainConfig:
     data: "fashion_mnist" | "tfds:NAME" | "folder:PATH".
     model_name: a named ViT (``vit_keras.MODELS``); None: the recipe's small ViT for the data's size.
     image_size: the model's input size (default: the data's, or the quick recipe's for it).
-    recipe: the defaults (``RECIPES``) of the hyper-parameters left unset (None), from epochs to warmup_epochs.
+    recipe: the defaults (``RECIPES``) of the hyper-parameters left unset (None), from epochs to warmup_epochs;
+      unset: "finetune" where ``weights`` are given (they are pretrained), else "quick" (``recipe_reason`` says).
+    optimizer: "adamw" (decoupled weight decay) or "sgd" (momentum 0.9), both clipped at global norm 1.
     min_steps: the fewest optimizer steps a run takes (the step floor of small data): when ``epochs`` passes over
       the data are fewer steps, each of the ``epochs`` epochs runs ``ceil(min_steps / epochs)`` steps over the
       repeated data (``steps_per_epoch``). Unset: the recipe's when ``epochs`` is unset too, else 0 (epochs as
@@ -102,7 +116,8 @@ class TrainConfig:
     distill: "cnn": the ViT learns from a small CNN's labels too (DeiT's hard distillation, ``vit_keras.training.distill``),
       the CNN trained first for ``teacher_steps`` steps; "none": from the data's alone; "auto": "cnn" where the
       recipe's own ViT trains from scratch on data the step floor repeats (small data), else "none".
-    weights: a .keras model to fine-tune, or a checkpoint for ``model_name``.
+    weights: a .keras model to fine-tune, a checkpoint for ``model_name``, or a preset name
+      (``vit_keras.list_presets()``), which brings its model: another ``model_name`` or architecture is refused.
     limit, data_dir, val_fraction, seed: the data (the first ``limit`` examples of each split; tfds' folder; a
       folder dataset's held-out fraction; the shuffle, augmentation and initialization seed).
     backup_every: "epoch" or a number of steps between the backups a rerun resumes from.
@@ -121,10 +136,11 @@ class TrainConfig:
     data: str
     model_name: str | None = None
     image_size: int | tuple | None = None
-    recipe: str = "quick"
+    recipe: str | None = None
     epochs: int | None = None
     min_steps: int | None = None
     batch_size: int | None = None
+    optimizer: str | None = None
     learning_rate: float | None = None
     weight_decay: float | None = None
     label_smoothing: float | None = None
@@ -161,7 +177,7 @@ class TrainConfig:
         return [field.name for field in dataclasses.fields(cls) if field.init and field.name != "data"]
 
     def __post_init__(self):
-        check_choice(self.recipe, "recipe", tuple(RECIPES))
+        self.choose_recipe()
         check_choice(self.precision, "precision", PRECISIONS)
         check_strategy(self.strategy)  # the choices of this process's Keras backend
         self.fill_from_recipe()
@@ -171,6 +187,28 @@ class TrainConfig:
         if self.learning_rate is None:  # once batch_size is known to be a count
             object.__setattr__(self, "learning_rate",
                                scaled_learning_rate(RECIPES[self.recipe]["base_lr"], self.batch_size))
+
+    def choose_recipe(self):
+        """Unset (None): "finetune" where ``weights`` are given (pretrained), else "quick" (from scratch)."""
+        if self.recipe is None:
+            object.__setattr__(self, "recipe", "finetune" if self.weights else "quick")
+        check_choice(self.recipe, "recipe", tuple(RECIPES))
+        if self.recipe == "finetune" and not self.weights:
+            raise ValueError("`recipe`='finetune' fine-tunes pretrained weights: pass `weights` (a preset, a "
+                             "checkpoint or a .keras model), or choose 'quick' or 'long' to train from scratch.")
+
+    def recipe_reason(self):
+        """One line: the recipe the run uses and why."""
+        if self.recipe != "finetune":
+            why = "no pretrained weights: training from scratch" if not self.weights else \
+                "asked for: training from scratch's defaults, though the weights are pretrained"
+        else:
+            why = f"the weights are pretrained ({self.weights})"
+        optimizer = "SGD (momentum 0.9)" if self.optimizer == "sgd" else "AdamW"
+        settings = (f"{optimizer} at peak LR {self.learning_rate:.3g}, batch {self.batch_size}, weight decay "
+                    f"{self.weight_decay:g}, label smoothing {self.label_smoothing:g}, warm-up {self.warmup_epochs:g} "
+                    f"epochs then cosine decay, {self.epochs} epochs")
+        return f"recipe: {self.recipe}, because {why}: {settings}; every flag overrides it."
 
     def fill_from_recipe(self):
         """Unset hyper-parameters take the recipe's values; the crop scale becomes a [min, max] list."""
@@ -188,6 +226,10 @@ class TrainConfig:
             object.__setattr__(self, "weights", os.fspath(self.weights))
 
     def check_model(self):
+        preset = find_preset(self.weights)
+        if preset is not None:  # the preset brings its model: another name or architecture is refused
+            check_architecture(preset, self.model_name, self.model_overrides or {})
+            object.__setattr__(self, "model_name", preset.model)
         if self.model_name is not None:
             check_choice(self.model_name, "model_name", tuple(MODELS))
         if self.image_size is not None:
@@ -210,6 +252,7 @@ class TrainConfig:
             if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and test(value)):
                 raise ValueError(f"`{name}` must be {bounds}; got {value!r}.")
         check_choice(self.augment, "augment", AUGMENTATIONS)
+        check_choice(self.optimizer, "optimizer", OPTIMIZERS)
         check_choice(self.distill, "distill", DISTILLATIONS)
 
     def check_run_options(self):

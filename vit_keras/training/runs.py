@@ -175,7 +175,7 @@ TEACHER_FILE = "teacher.keras"  # a distilling run's CNN teacher: a resumed run 
 
 # Settings config.json has recorded only since they were added; a record from before lacks them. Their effect
 # shows in keys it has (min_steps: in steps_per_epoch and augment), so a finished run from then is not redone.
-ADDED_KEYS = ("min_steps", "distill", "teacher_steps", "erase")
+ADDED_KEYS = ("min_steps", "distill", "teacher_steps", "erase", "optimizer")
 # VisionTransformer arguments added since: a model recorded without one was built with its default.
 ADDED_MODEL_KEYS = {"locality_attention": False}
 

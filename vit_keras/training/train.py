@@ -30,7 +30,7 @@ import keras
 import numpy as np
 
 from vit_keras import framework
-from vit_keras.constants import PRECISIONS
+from vit_keras.constants import OPTIMIZERS, PRECISIONS
 from vit_keras.data import flip_check
 from vit_keras.data.array_pipeline import make_batches
 from vit_keras.data.datasets import folder_image_size, load_dataset
@@ -39,6 +39,7 @@ from vit_keras.models.layers import register
 from vit_keras.models.vision_transformer import VisionTransformer, load_model, resize_model
 from vit_keras.training import distill, runs, strategies
 from vit_keras.training.config import RECIPE_SIDES, RECIPES, TrainConfig, check_weights, is_saved_model
+from vit_keras.training.finetune import with_image_size
 # Re-exported: callers catch NonFiniteLoss and read the recipe's rule and the choice of devices from here.
 from vit_keras.training.config import scaled_learning_rate  # noqa: F401
 from vit_keras.training.runs import NonFiniteLoss  # noqa: F401
@@ -73,10 +74,16 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
         return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, end=self.end)
 
 
-def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32", beta_2=0.999):
-    """AdamW with the no-decay exclusions and global-norm clipping (loss-scaled under float16)."""
-    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=beta_2,
-                                       global_clipnorm=clipnorm)
+def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32", beta_2=0.999, name="adamw"):
+    """AdamW, or SGD with momentum 0.9 (``name``="sgd", the paper's fine-tuning), with the no-decay exclusions and
+    global-norm clipping (loss-scaled under float16)."""
+    check_choice(name, "optimizer", OPTIMIZERS)
+    if name == "sgd":
+        optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=0.9, weight_decay=weight_decay,
+                                         global_clipnorm=clipnorm)
+    else:
+        optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay, beta_1=0.9,
+                                           beta_2=beta_2, global_clipnorm=clipnorm)
     optimizer.exclude_from_weight_decay(var_names=[NO_DECAY_PATTERN])
     if precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -90,10 +97,10 @@ def set_precision(precision):
 
 
 def compile_model(model, schedule, precision="float32", weight_decay=0.05, label_smoothing=0.1, clipnorm=1.0,
-                  jit_compile="auto", steps_per_execution=1):
+                  jit_compile="auto", steps_per_execution=1, optimizer="adamw"):
     """Compile with the recipe's optimizer and a label-smoothed loss on one-hot labels."""
     model.compile(
-        optimizer=make_optimizer(schedule, weight_decay, clipnorm, precision),
+        optimizer=make_optimizer(schedule, weight_decay, clipnorm, precision, name=optimizer),
         loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing),
         metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
         jit_compile=jit_compile,
@@ -184,6 +191,8 @@ def train_with_config(config, out_dir):
     """Train as ``config`` (a ``TrainConfig``) says into ``out_dir``; see ``train``."""
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
+    print(config.recipe_reason())
+    config = with_image_size(config)
     strategies.check_batch_size(config.batch_size, dist)
     train_data, val_data = load_splits(config)
     with strategies.scope(dist):
@@ -256,7 +265,7 @@ def build_for_fit(config, train_data, dist):
     several_steps = backend == "jax" or (backend == "tensorflow" and single_device)
     compile_model(model, schedule, config.precision, config.weight_decay, config.label_smoothing,
                   jit_compile=config.jit_compile and micro == 1 and backend != "torch",
-                  steps_per_execution=config.steps_per_execution if several_steps else 1)
+                  steps_per_execution=config.steps_per_execution if several_steps else 1, optimizer=config.optimizer)
     if micro > 1:
         from vit_keras.training.microbatch import enable_micro_batches
 

@@ -3,6 +3,7 @@
     load_weights(model, "ViT-B_16.npz")                   # Google / AugReg / hybrid / big_vision .npz
     load_weights(model, "model.safetensors")              # timm or Hugging Face ViT
     load_weights(model, "vit-base-patch16-224/")           # a Hugging Face / timm folder: its model.safetensors
+    load_weights(model, "keras_hub_preset/")               # a keras-hub ViT preset (save_to_preset's folder)
     checkpoint_normalization("vit-base-patch16-224/")      # the (mean, std) the folder records, or None
     load_weights(model, "https://.../x.npz#sha256=...")   # downloaded once into the cache
     save_npz(model, "mine.npz")                           # the original Google layout
@@ -33,12 +34,13 @@ import warnings
 import numpy as np
 from keras import ops
 
-from vit_keras.files import atomic_path
 from vit_keras.models import stems
-from vit_keras.models.position import resize_axis_embedding, resize_position_embedding, table_layout
+from vit_keras.files import atomic_path
 from vit_keras.models.vision_transformer import VisionTransformer
+from vit_keras.models.position import resize_axis_embedding, resize_position_embedding, table_layout
 from vit_keras.weights.fetch import resolve
 from vit_keras.weights.google import GRID, PICKLE_HINT, POS, Checkpoint, add_class_position, canonical_google, read_npz
+from vit_keras.weights.keras_hub import canonical_keras_hub
 from vit_keras.weights.normalization import checkpoint_normalization  # noqa: F401  (public here, beside load_weights)
 from vit_keras.weights.torch import canonical_torch, read_safetensors
 
@@ -158,6 +160,8 @@ def read_checkpoint(path, num_heads):
         magic = f.read(9)
     if magic[:2] == b"PK":
         return canonical_google(read_npz(path))
+    if magic[:8] == b"\x89HDF\r\n\x1a\n" or path.endswith(".weights.h5"):  # a keras-hub preset's Keras weights
+        return canonical_keras_hub(path)
     if len(magic) == 9 and magic[8:9] == b"{":
         return canonical_torch(read_safetensors(path), num_heads)
     if path.endswith(".npz"):
@@ -165,8 +169,8 @@ def read_checkpoint(path, num_heads):
     if path.endswith(".safetensors"):
         return canonical_torch(read_safetensors(path), num_heads)
     raise ValueError(
-        f"{path} is neither an .npz (Google, AugReg, big_vision) nor a .safetensors (timm, Hugging Face) "
-        f"checkpoint. {PICKLE_HINT}"
+        f"{path} is neither an .npz (Google, AugReg, big_vision), a .safetensors (timm, Hugging Face) nor a "
+        f"keras-hub preset's .weights.h5 checkpoint. {PICKLE_HINT}"
     )
 
 

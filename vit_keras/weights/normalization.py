@@ -4,7 +4,8 @@ What each layout records (README, "Input normalization"):
   Google / AugReg / big_vision .npz   nothing: their ViTs take (pixel - 127.5) / 127.5, the default;
   a bare timm or HF .safetensors      nothing: the weights alone (timm's ImageNet default is pixel_mean="imagenet");
   a Hugging Face folder               preprocessor_config.json: image_mean, image_std (do_normalize, rescale_factor);
-  a timm folder (Hub, save_for_hf)    config.json: pretrained_cfg mean, std.
+  a timm folder (Hub, save_for_hf)    config.json: pretrained_cfg mean, std;
+  a keras-hub preset folder           image_converter.json: scale, offset (pixel * scale + offset).
 """
 
 import json
@@ -14,6 +15,7 @@ from vit_keras.weights.fetch import resolve
 
 HF_PREPROCESSOR = "preprocessor_config.json"
 TIMM_CONFIG = "config.json"
+KERAS_HUB_CONVERTER = "image_converter.json"  # a keras-hub preset's ImageConverter: scale and offset
 
 
 def checkpoint_normalization(path):
@@ -25,13 +27,16 @@ def checkpoint_normalization(path):
     path = os.fspath(path)
     if os.path.isdir(path):
         folder = path
-    elif path.endswith(".safetensors"):
+    elif path.endswith((".safetensors", ".weights.h5")):
         folder = os.path.dirname(os.path.abspath(path))
     else:
         return None
     preprocessor = read_json(os.path.join(folder, HF_PREPROCESSOR))
     if preprocessor is not None and "image_mean" in preprocessor:
         return hugging_face_normalization(preprocessor, os.path.join(folder, HF_PREPROCESSOR))
+    converter = (read_json(os.path.join(folder, KERAS_HUB_CONVERTER)) or {}).get("config", {})
+    if "scale" in converter:
+        return keras_hub_normalization(converter)
     config = read_json(os.path.join(folder, TIMM_CONFIG))
     if config is not None:
         pretrained = config.get("pretrained_cfg", config if "architecture" in config else {})  # old form: top level
@@ -50,6 +55,16 @@ def hugging_face_normalization(preprocessor, source):
     if not preprocessor.get("do_normalize", True):
         return [0.0] * len(mean), [1.0] * len(mean)
     return mean, std
+
+
+def keras_hub_normalization(converter):
+    """(mean, std) of a keras-hub ImageConverter, which maps pixels to pixel * scale + offset (scalars or one a
+    channel): std = 1 / (255 scale), mean = -offset std."""
+    scale, offset = as_list(converter["scale"]), as_list(converter.get("offset") or 0.0)
+    channels = max(len(scale), len(offset))
+    scale, offset = (values * channels if len(values) == 1 else values for values in (scale, offset))
+    std = [1.0 / (255.0 * s) for s in scale]
+    return [-o * d for o, d in zip(offset, std)], std
 
 
 def recorded_normalization(weights):

@@ -1,0 +1,56 @@
+"""keras-hub ViT presets load through the same loader: the fixture folder (scripts/make_kerashub_fixture.py: a tiny
+random ViTImageClassifier saved by keras-hub 0.32's save_to_preset) gives keras-hub's own logits."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import vit_keras
+import weight_checkpoints as wc
+from vit_keras.weights import loader as weights
+from vit_keras.weights.keras_hub import keras_hub_arguments
+from vit_keras.weights.normalization import checkpoint_normalization
+
+FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "kerashub_vit")
+TOLERANCE = 1e-5
+
+
+def expected():
+    with np.load(os.path.join(FOLDER, "expected.npz")) as data:
+        return data["logits"], wc.images(32, int(data["image_seed"]))
+
+
+def test_a_keras_hub_preset_folder_gives_keras_hubs_logits():
+    arguments = keras_hub_arguments(FOLDER)
+    assert arguments["num_classes"] == 5 and arguments["hidden_size"] == 16 and arguments["num_layers"] == 2
+    model = vit_keras.create_model("vit_b16", weights=FOLDER, **arguments)
+    logits, x = expected()
+    assert float(np.abs(np.asarray(model(x)) - logits).max()) <= TOLERANCE
+
+
+def test_its_image_converter_is_the_checkpoint_normalization():
+    assert checkpoint_normalization(FOLDER) == ([0.5], [0.5])  # keras-hub's scale 1/127.5, offset -1
+    model = vit_keras.create_model("vit_b16", weights=FOLDER, include_preprocessing=True, pixel_mean="checkpoint",
+                                   **keras_hub_arguments(FOLDER))
+    logits, x = expected()
+    pixels = (x + 1.0) * 127.5  # the 0-255 pixels keras-hub's converter maps to x
+    assert float(np.abs(np.asarray(model(pixels)) - logits).max()) <= 1e-4
+
+
+def test_a_backbone_alone_fine_tunes_with_a_zero_head(tmp_path):
+    backbone = tmp_path / "backbone"
+    shutil.copytree(FOLDER, backbone, ignore=shutil.ignore_patterns("task.*"))
+    arguments = dict(keras_hub_arguments(str(backbone)), num_classes=3)
+    with pytest.warns(UserWarning, match="no classification head"):
+        model = vit_keras.create_model("vit_b16", weights=str(backbone), **arguments)
+    assert not np.any(np.asarray(model.head.kernel))
+    same = weights.model_arrays(vit_keras.create_model("vit_b16", weights=FOLDER, **keras_hub_arguments(FOLDER)))
+    tuned = weights.model_arrays(model)
+    assert all(np.array_equal(same[name], tuned[name]) for name in tuned if not name.startswith("head/"))
+
+
+def test_a_folder_without_weights_names_what_it_looks_for(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nor a keras-hub preset"):
+        weights.load_weights(vit_keras.create_model("vit_b16", **keras_hub_arguments(FOLDER)), str(tmp_path))
