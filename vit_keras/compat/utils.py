@@ -12,21 +12,18 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from importlib import resources
 
 import numpy as np
 
 from vit_keras.data.datasets import decode_image
 from vit_keras.models.vision_transformer import vision_transformer_of
 from vit_keras.weights.loader import load_weights
-
-CLASSES_FILE = "imagenet2012.txt"
+from vit_keras.weights.presets import IMAGENET_1K, shipped_labels
 
 
 def get_imagenet_classes():
     """The 1,000 ImageNet-2012 class names, index i = class i of the ImageNet-1k heads."""
-    text = resources.files("vit_keras.weights").joinpath(CLASSES_FILE).read_text(encoding="utf-8")
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    return shipped_labels(IMAGENET_1K)
 
 
 def read(filepath_or_buffer, size, timeout=None):

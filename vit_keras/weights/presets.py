@@ -22,7 +22,7 @@ AUGREG = ("google-research/vision_transformer README (gs://vit_models/augreg); t
           "default_cfgs")
 AUGREG_HYBRID = "google-research/vision_transformer (gs://vit_models/augreg); timm vision_transformer_hybrid.py"
 APACHE = "Apache-2.0"
-IMAGENET_1K = "imagenet2012.txt"  # ships in vit_keras (vit_keras.compat.utils.get_imagenet_classes)
+IMAGENET_1K = "imagenet2012.txt"  # ships in vit_keras.weights
 IN21K, IN21K_1K, IN1K = "ImageNet-21k", "ImageNet-21k, fine-tuned on ImageNet-1k", "ImageNet-1k"
 ZERO_HEAD = "the 21k head is zero in the release (timm: 'classifier not valid'): for features and fine-tuning"
 NO_21K_LABELS = "no ImageNet-21k label list ships with vit_keras"
@@ -210,9 +210,12 @@ def get_preset(name):
 def preset_labels(name):
     """A preset's class names (index order), or None where vit_keras ships no list for them (ImageNet-21k)."""
     preset = get_preset(name)
-    if preset.labels is None:
-        return None
-    text = resources.files("vit_keras").joinpath(preset.labels).read_text(encoding="utf-8")
+    return None if preset.labels is None else shipped_labels(preset.labels)
+
+
+def shipped_labels(file_name):
+    """The class names of a label list that ships in vit_keras.weights, one a line, in index order."""
+    text = resources.files("vit_keras.weights").joinpath(file_name).read_text(encoding="utf-8")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
