@@ -18,6 +18,7 @@ from vit_keras.validation import check_keywords
 
 from . import metadata as tflite_metadata
 from .int8 import INT8_FLOAT_OPS, default_float_nodes, float_node_names, quantize_int8, split_float_ops
+from .transposes import explicit_transposes
 
 MIN_CALIBRATION_IMAGES = 100
 DEFAULT_CALIBRATION_IMAGES = 300
@@ -144,6 +145,7 @@ def convert(model, quantize="float32", calibration=None, dynamic_batch=False, fl
             nodes = list(nodes) + rollout_output_names(model_bytes) + float_node_names(("attention_rollout",), sum(
                 block.attn.num_heads for block in model.blocks))
         model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model), float_nodes=nodes)
+    model_bytes = explicit_transposes(model_bytes)  # GPU-safe: no BATCH_MATMUL reads an operand transposed
     check_builtin_ops(model_bytes, quantize)
     if not attention_output:
         return bytes(model_bytes)

@@ -22,6 +22,7 @@ from .export import MIN_CALIBRATION_IMAGES, calibration_images, check_builtin_op
 from .int8 import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, default_float_nodes, dense_role_nodes, quantize_int8,
                    split_float_ops)
 from .graph import DENSE_ROLES, keras_scores, norm_count
+from .transposes import explicit_transposes
 from .verify import latency_ms, op_precisions, predict
 
 CANDIDATES = ("CONV_2D", "FULLY_CONNECTED", "ADD", "MEAN", "SUB", "MUL", "CONCATENATION")
@@ -92,8 +93,8 @@ class Prober:
         self.path = os.path.join(folder, "probe.tflite")
 
     def quantize(self, float_ops):
-        return quantize_int8(self.calibrated, float_ops, num_norms=self.norms,
-                             float_nodes=self.nodes if float_ops else ())
+        return explicit_transposes(quantize_int8(self.calibrated, float_ops, num_norms=self.norms,
+                                                 float_nodes=self.nodes if float_ops else ()))
 
     def row(self, float_ops):
         """{float_ops, agreement, max_abs_diff, bytes, float_op_count[, latency_ms]} for ``float_ops``."""
