@@ -18,6 +18,8 @@ from vit_keras.validation import check_keywords
 
 from . import metadata as tflite_metadata
 from .int8 import INT8_FLOAT_OPS, default_float_nodes, float_node_names, quantize_int8, split_float_ops
+from .runtime_version import describe as describe_runtime
+from .runtime_version import required_runtime
 from .transposes import explicit_transposes
 
 MIN_CALIBRATION_IMAGES = 100
@@ -362,9 +364,10 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
 
         meta["subgraph_metadata"][0]["output_tensor_metadata"].append(attention_metadata(model))
         files[ATTENTION_LABELS] = "\n".join(attention_labels(model)).encode("utf-8") + b"\n"
-    data = tflite_metadata.populate(model_bytes, meta, files)
+    runtime = required_runtime(model_bytes)  # recorded as the model's "min_runtime_version" where known
+    data = tflite_metadata.populate(model_bytes, meta, files, min_runtime_version=runtime["version"])
     write_atomic(out, data)
     return {"path": out, "quantize": quantize, "bytes": len(data), "input_dtype": np.dtype(detail["dtype"]).name,
             "input_shape": [int(v) for v in detail["shape_signature"]], "input_quantization": detail["quantization"],
-            "labels": len(labels),
+            "labels": len(labels), "min_runtime_version": runtime["version"], "runtime": describe_runtime(runtime),
             **({"sweep": sweep} if sweep is not None else {})}

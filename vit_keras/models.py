@@ -194,13 +194,26 @@ class VisionTransformer(keras.Model):
         super().__init__(inputs=images, outputs=x, name=name, **kwargs)
         self.vit_config = config
 
-    # Functional models rebuild from their constructor arguments, like keras-hub's backbones.
+    # Functional models rebuild from their constructor arguments, like keras-hub's backbones. A model quantized by
+    # model.quantize also records its quantized layers' dtype policies: rebuilt, they get them back before the
+    # weights load, so each layer has the quantized variables the file holds.
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **copy.deepcopy(dict(self.vit_config))}  # a plain dict: deep-copying the tracked one serializes the whole model
+        config = {"name": self.name, "trainable": self.trainable, **copy.deepcopy(dict(self.vit_config))}  # a plain dict: deep-copying the tracked one serializes the whole model
+        quantized = {path: keras.dtype_policies.serialize(layer.dtype_policy) for path, layer in _sublayers(self)
+                     if layer.dtype_policy.quantization_mode}
+        return {**config, QUANTIZED_LAYERS: quantized} if quantized else config
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        config = dict(config)
+        quantized = config.pop(QUANTIZED_LAYERS, None) or {}
+        model = cls(**config)
+        layers = dict(_sublayers(model))
+        for path, policy in quantized.items():
+            if path not in layers:
+                raise ValueError(f"`{QUANTIZED_LAYERS}` names layer {path!r}, which this model does not have.")
+            layers[path].dtype_policy = keras.dtype_policies.deserialize(policy)  # quantizes the built layer
+        return model
 
     def call(self, inputs, training=None, mask=None):
         channels, got = self.vit_config["channels"], inputs.shape[-1]
@@ -274,6 +287,7 @@ class VisionTransformer(keras.Model):
         return [np.concatenate(per_layer[i::n]) for i in range(n)]
 
 
+QUANTIZED_LAYERS = "quantized_layers"  # get_config's key: {layer path in the model: its quantized dtype policy}
 VIT_KEYWORDS = frozenset(inspect.signature(VisionTransformer.__init__).parameters) - {"self", "kwargs"} | {"trainable"}
 
 
@@ -293,6 +307,14 @@ def _fit_position_tables(source, target, values):
         if key in values:
             values[key] = resize_axis_embedding(values[key], new[axis])
     return values
+
+
+def _sublayers(model):
+    """(path inside ``model``, layer) of every layer under its top-level layers, e.g. 'encoderblock_0/attn/qkv'."""
+    for top in model.layers:
+        for layer in top._flatten_layers():
+            if top.path and layer.path:  # an InputLayer has none
+                yield top.name + layer.path.removeprefix(top.path), layer
 
 
 def _float32_policy():
