@@ -199,7 +199,7 @@ class VisionTransformer(keras.Model):
     # weights load, so each layer has the quantized variables the file holds.
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable, **copy.deepcopy(dict(self.vit_config))}  # a plain dict: deep-copying the tracked one serializes the whole model
-        quantized = {path: keras.dtype_policies.serialize(layer.dtype_policy) for path, layer in _sublayers(self)
+        quantized = {path: keras.dtype_policies.serialize(layer.dtype_policy) for path, layer in sublayers(self)
                      if layer.dtype_policy.quantization_mode}
         return {**config, QUANTIZED_LAYERS: quantized} if quantized else config
 
@@ -208,12 +208,22 @@ class VisionTransformer(keras.Model):
         config = dict(config)
         quantized = config.pop(QUANTIZED_LAYERS, None) or {}
         model = cls(**config)
-        layers = dict(_sublayers(model))
+        layers = dict(sublayers(model))
         for path, policy in quantized.items():
             if path not in layers:
                 raise ValueError(f"`{QUANTIZED_LAYERS}` names layer {path!r}, which this model does not have.")
             layers[path].dtype_policy = keras.dtype_policies.deserialize(policy)  # quantizes the built layer
         return model
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+        """Keras's export. A model that ``quantize`` made int8 or float8 exports to LiteRT as its float twin,
+        int8 weights kept in int8 (vit_keras.convert.keras_export: TFLite has no kernels for those Keras ops)."""
+        if format == "litert":
+            from .convert import keras_export
+
+            if keras_export.needs_twin(self):
+                return keras_export.export_litert(self, filepath, verbose, input_signature, **kwargs)
+        return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
 
     def call(self, inputs, training=None, mask=None):
         channels, got = self.vit_config["channels"], inputs.shape[-1]
@@ -309,7 +319,7 @@ def _fit_position_tables(source, target, values):
     return values
 
 
-def _sublayers(model):
+def sublayers(model):
     """(path inside ``model``, layer) of every layer under its top-level layers, e.g. 'encoderblock_0/attn/qkv'."""
     for top in model.layers:
         for layer in top._flatten_layers():
