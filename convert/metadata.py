@@ -282,6 +282,14 @@ def read_flatbuffer(path):
     if len(data) < 8 or not schema.Model.ModelBufferHasIdentifier(data, 0):
         raise ValueError(f"`tflite` file {str(path)!r} is not a TFLite model (no TFL3 flatbuffer identifier; "
                          f"{len(data)} bytes starting {data[:8]!r}).")
+    try:  # the schema's version 3 and a subgraph: what a truncated or overwritten file lacks
+        model = schema.Model.GetRootAs(data, 0)
+        readable = model.Version() == 3 and model.SubgraphsLength() > 0
+    except Exception:  # the generated reader fails anywhere on a corrupt offset
+        readable = False
+    if not readable:
+        raise ValueError(f"`tflite` file {str(path)!r} is not a readable TFLite model (a TFL3 identifier, but no "
+                         "schema-3 model with a subgraph behind it).")
     return data
 
 
