@@ -4,8 +4,9 @@ Both LiteRT CPU runtimes are timed: the classic ``ai_edge_litert.interpreter.Int
 and the newer ``ai_edge_litert.compiled_model.CompiledModel``. Latency is the median of
 ``runs`` invocations at batch 1 after ``warmup`` invocations. ``delegation_report``
 is the per-op profile: which ops XNNPACK runs and which fall back to the slower
-reference kernels, splitting the graph into more partitions. ``gpu_delegate.gpu_refusals`` names the ops the
-LiteRT GPU delegate would refuse, checked statically (no GPU runs here).
+reference kernels, splitting the graph into more partitions. ``gpu_delegate.gpu_report`` names the ops the
+LiteRT GPU delegate would refuse or is known to compute wrongly, checked statically (no GPU runs here);
+``runtime_version.required_runtime`` the oldest TFLite runtime that runs the file.
 """
 
 import collections
@@ -18,7 +19,7 @@ import numpy as np
 from vit_keras.constants import RUNTIMES
 
 from . import metadata as tflite_metadata
-from .gpu_delegate import gpu_report, litert_gpu_coverage
+from .gpu_delegate import ISSUE_URLS, gpu_report, litert_gpu_coverage
 from .runtime_version import describe as describe_runtime
 from .runtime_version import required_runtime
 
@@ -247,11 +248,14 @@ def gpu_note(rows):
     """The line under the table on LiteRT's own GPU accelerator: its verdict per file where it could start,
     else that it could not, so the column is a static check and nothing more."""
     verdicts = {row["file"]: row.get("litert_gpu") for row in rows}
+    cited = sorted({issue for row in rows for issue in (row.get("gpu_issues") or {}).values()})
+    bugs = "".join(f" {issue}: {ISSUE_URLS[issue]}." for issue in cited if issue in ISSUE_URLS)
     if all(v is None for v in verdicts.values()):
-        return ("GPU: a static check of each op against the GPU delegate's rules; CompiledModel's GPU accelerator "
+        return bugs.strip() + (" " if bugs else "") + ("GPU: a static check of each op against the GPU delegate's rules; CompiledModel's GPU accelerator "
                 "could not start on this machine (no GPU adapter), so nothing ran on a GPU.")
     said = {True: "every op on the GPU", False: "some ops left to the CPU", None: "could not start"}
-    return "CompiledModel's GPU accelerator: " + "; ".join(f"{f}: {said[v]}" for f, v in verdicts.items())
+    return bugs.strip() + (" " if bugs else "") + "CompiledModel's GPU accelerator: " + "; ".join(
+        f"{f}: {said[v]}" for f, v in verdicts.items())
 
 
 def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, runtimes=RUNTIMES):
