@@ -8,10 +8,11 @@ def add_arguments(parser):
     parser.add_argument("model", help="the .keras file of a trained run (labels.txt is read from beside it)")
     parser.add_argument("--quantize", default="int8", metavar="|".join(QUANTIZATIONS),
                         help="float32, float16, dynamic (range), or int8 (full integer, uint8 input; default). "
-                             "float32, float16 and int8 run on TFLite 2.9 and newer (tflite-runtime 2.9+); "
-                             "dynamic's per-channel int8 FULLY_CONNECTED (op version 12) needs TFLite 2.17: "
-                             "ai-edge-litert, which tflite-runtime (last release 2.14) and the TFLite Task "
-                             "Library 0.4.4 refuse")
+                             "float32, float16 and int8 run on TFLite 2.9 and newer (tflite-runtime 2.9+). "
+                             "dynamic needs TFLite 2.17 (ai-edge-litert): its int8 weights per output channel "
+                             "make FULLY_CONNECTED op version 12, which tflite-runtime (last release 2.14) and "
+                             "the TFLite Task Library 0.4.4 refuse; one scale a layer would run there but agrees "
+                             "with Keras less")
     parser.add_argument("--calibration", default=None, metavar="DATA",
                         help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH")
     parser.add_argument("--calibration-size", type=int, default=300, help="calibration images (default 300)")
