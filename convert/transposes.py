@@ -12,6 +12,7 @@ values, one cheap op more per flag.
 """
 
 import copy
+import functools
 
 import numpy as np
 
@@ -26,11 +27,15 @@ def schema_module():
     return schema
 
 
+@functools.cache
+def op_names(schema):
+    """{builtin op code: name} of the flatbuffer schema module ``schema``."""
+    return {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+
+
 def builtin_name(schema, code):
     """An OperatorCode's builtin op name (CUSTOM for a custom op)."""
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-    return names.get(builtin, "CUSTOM")
+    return op_names(schema).get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "CUSTOM")
 
 
 def adjoint_matmuls(model_bytes):
