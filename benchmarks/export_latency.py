@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/export_latency.py --models ti16 --runs 100 --repeats 3
 
 "fmnist" uses --fmnist-model (a trained run's model.keras) when it exists, else a
-seeded untrained model of the same shape; "ti16" is a seeded ViT-Ti/16 (1000 classes)
+seeded untrained model of the same shape (the quick recipe's, as scripts/main.sh trains it); "ti16" is a seeded
+ViT-Ti/16 (1000 classes)
 calibrated on noise: latency does not depend on the weights' values. Run it on a
 quiet machine: ratios measured in the same run stay meaningful under load, absolute
 figures do not.
@@ -22,8 +23,9 @@ import numpy as np  # noqa: E402
 MODES = ("float32", "float16", "dynamic", "int8")
 # Baselines for comparison: "int8_plain" is our graph quantized with every op in int8;
 # "int8_ln_int8" keeps only the XNNPACK-less ops in float (LayerNorm statistics in int8);
-# "usual_*" convert the Keras model itself the usual way (from its own call graph, full int8).
-BASELINES = ("int8_plain", "int8_ln_int8", "usual_float32", "usual_int8")
+# "usual_*" convert the Keras model itself the usual way (from its own call graph, full int8);
+# "adj_y_*" is the export as the converter leaves it, q.k^T a BATCH_MATMUL with adj_y (convert/transposes.py).
+BASELINES = ("int8_plain", "int8_ln_int8", "usual_float32", "usual_int8") + tuple(f"adj_y_{m}" for m in MODES)
 
 
 def export_baseline(model, path, mode, calibration, labels):
@@ -33,6 +35,11 @@ def export_baseline(model, path, mode, calibration, labels):
     from vit_keras.convert.tflite import representative_dataset
     from vit_keras.convert.int8 import INT8_XNNPACK_FLOAT_OPS
 
+    if mode.startswith("adj_y_"):
+        from unittest import mock
+
+        with mock.patch("vit_keras.convert.export.explicit_transposes", bytes):  # the converter's own form
+            return export_tflite(model, path, quantize=mode[len("adj_y_"):], calibration=calibration, labels=labels)
     if mode in ("int8_plain", "int8_ln_int8"):
         float_ops = () if mode == "int8_plain" else INT8_XNNPACK_FLOAT_OPS
         return export_tflite(model, path, quantize="int8", calibration=calibration, labels=labels, float_ops=float_ops)
@@ -62,11 +69,9 @@ def build(name, fmnist_model):
             label_file = os.path.join(os.path.dirname(fmnist_model), "labels.txt")
             labels = open(label_file).read().split("\n") if os.path.isfile(label_file) else None
         else:
-            import keras
+            from vit_keras.training.train import build_model
 
-            keras.utils.set_random_seed(0)
-            model = vit_keras.create_model("vit_ti16", image_size=28, patch_size=4, channels=1, num_classes=10,
-                                           include_preprocessing=True)
+            model = build_model(10, 1, (28, 28))  # the quick recipe's ViT, seeded
             labels = None
         labels = [v for v in (labels or []) if v] or [f"class_{i}" for i in range(model.vit_config["num_classes"])]
         calibration = np.random.default_rng(0).integers(0, 256, (128, 28, 28, model.vit_config["channels"]), "uint8")

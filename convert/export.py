@@ -21,6 +21,8 @@ from . import metadata as tflite_metadata
 from .attention_output import ATTENTION_LABELS, attention_labels, attention_metadata
 from .graph import check_vit, takes_raw_pixels
 from .int8 import INT8_FLOAT_OPS, split_float_ops
+from .runtime_version import describe as describe_runtime
+from .runtime_version import required_runtime
 from .sensitivity import check_min_agreement, convert_fewest_float_ops
 from .tflite import calibration_images, check_litert_runs, check_ranges, convert, load_vit
 
@@ -171,9 +173,10 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     if attention_output:
         meta["subgraph_metadata"][0]["output_tensor_metadata"].append(attention_metadata(model))
         files[ATTENTION_LABELS] = "\n".join(attention_labels(model)).encode("utf-8") + b"\n"
-    data = tflite_metadata.populate(model_bytes, meta, files)
+    runtime = required_runtime(model_bytes)  # recorded as the model's "min_runtime_version" where known
+    data = tflite_metadata.populate(model_bytes, meta, files, min_runtime_version=runtime["version"])
     write_atomic(out, data)
     return {"path": out, "quantize": quantize, "bytes": len(data), "input_dtype": np.dtype(detail["dtype"]).name,
             "input_shape": [int(v) for v in detail["shape_signature"]], "input_quantization": detail["quantization"],
-            "labels": len(labels),
+            "labels": len(labels), "min_runtime_version": runtime["version"], "runtime": describe_runtime(runtime),
             **({"sweep": sweep} if sweep is not None else {})}

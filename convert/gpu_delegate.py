@@ -7,6 +7,9 @@ gpu_compatibility.cc, ``CheckGpuDelegateCompatibility``) refuse. So this module 
 each op's signature read from the flatbuffer: the op types the delegate builds, and the per-op conditions that
 an exported ViT can meet or miss (input ranks, broadcasting, constant inputs, fused activations, options).
 
+It also knows the delegate's bugs that its rules do not state (``known_bugs``): ops it takes but computes
+wrongly, and shapes it refuses, each with the LiteRT issue that documents it.
+
 It is a static check of op signatures, not a run: a GPU driver may still refuse a shape or run out of memory.
 ``litert_gpu_coverage`` asks LiteRT's own GPU accelerator where one can start.
 """
@@ -30,6 +33,13 @@ OTHERS = {"ADD", "ADD_N", "AVERAGE_POOL_2D", "MAX_POOL_2D", "BATCH_MATMUL", "CAS
 SUPPORTED = UNARY | BINARY | REDUCTIONS | ONE_INPUT | OTHERS
 ACTIVATION_OPS = {"CONV_2D": "Conv2DOptions", "MUL": "MulOptions", "SUB": "SubOptions", "DIV": "DivOptions"}
 REFUSED_ACTIVATIONS = ("SIGN_BIT", "SIGMOID")  # fused activations the delegate cannot apply
+# The delegate's known bugs, by the LiteRT issue that documents each: it ignores BATCH_MATMUL's adj_x / adj_y and
+# multiplies the operands as stored, a wrong answer and no error (found on Whisper); and it refuses adj_y where the
+# output has fewer rows than columns (M < N) and N is no multiple of 4, e.g. a class-token readout (M = 1).
+ADJOINT_IGNORED = "LiteRT#8913"
+ADJ_Y_REFUSED = "LiteRT#6518"
+ISSUE_URLS = {ADJOINT_IGNORED: "https://github.com/google-ai-edge/LiteRT/issues/8913",
+              ADJ_Y_REFUSED: "https://github.com/google-ai-edge/LiteRT/issues/6518"}
 CASTS = {("BOOL", "FLOAT32"), ("BOOL", "FLOAT16"), ("FLOAT32", "BOOL"), ("FLOAT16", "BOOL"),
          ("FLOAT32", "FLOAT32"), ("FLOAT32", "INT32"), ("INT32", "FLOAT32"), ("INT32", "INT32")}
 
@@ -127,6 +137,23 @@ def refusal(sig):
     return None
 
 
+def known_bugs(sig):
+    """[("wrong" | "refused", what, issue)]: where the delegate is known to compute this op wrongly or refuse it."""
+    if sig.name != "BATCH_MATMUL":
+        return []
+    options = sig.options("BatchMatMulOptions")
+    if options is None or not (options.AdjX() or options.AdjY()):
+        return []
+    found = [("wrong", f"BATCH_MATMUL {flag}", ADJOINT_IGNORED)
+             for flag, on in (("adj_x", options.AdjX()), ("adj_y", options.AdjY())) if on]
+    (a, _, _), (b, _, _) = sig.inputs[:2]
+    if options.AdjY() and len(a) >= 2 and len(b) >= 2:
+        rows, columns = (a[-1] if options.AdjX() else a[-2]), b[-2]
+        if rows < columns and columns % 4:
+            found.append(("refused", f"adj_y with M={rows} < N={columns}, N not a multiple of 4", ADJ_Y_REFUSED))
+    return found
+
+
 def constant_dequantized(schema, model, graph, op_names):
     """Outputs of DEQUANTIZE ops of constant tensors (a float16 file's weights): the delegate folds them into
     float32 constants before it looks at the ops that read them, so those ops see constant weights."""
@@ -142,27 +169,54 @@ def constant_dequantized(schema, model, graph, op_names):
     return frozenset(folded)
 
 
-def gpu_refusals(path):
-    """({op: count} the LiteRT GPU delegate would refuse, {op: [reasons]}, number of ops) of a .tflite file."""
+def op_signatures(path):
+    """Every op of a .tflite file as an ``OpSignature``; a clear error for a file that is no TFLite model."""
     from ai_edge_litert import schema_py_generated as schema
 
-    with open(os.fspath(path), "rb") as f:
-        model = schema.Model.GetRootAs(f.read(), 0)
+    from .metadata import read_flatbuffer
+
+    data = read_flatbuffer(os.fspath(path))
     op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
     type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
-    refused, reasons, total = collections.Counter(), collections.defaultdict(list), 0
-    for s in range(model.SubgraphsLength()):
-        graph = model.Subgraphs(s)
-        folded = constant_dequantized(schema, model, graph, op_names)
-        for i in range(graph.OperatorsLength()):
-            sig = OpSignature(schema, model, graph, graph.Operators(i), op_names, type_names, folded)
-            total += 1
-            why = refusal(sig)
-            if why:
-                refused[sig.name] += 1
-                if why not in reasons[sig.name]:
-                    reasons[sig.name].append(why)
-    return dict(refused), dict(reasons), total
+    try:
+        model = schema.Model.GetRootAs(data, 0)
+        signatures = []
+        for s in range(model.SubgraphsLength()):
+            graph = model.Subgraphs(s)
+            folded = constant_dequantized(schema, model, graph, op_names)
+            signatures += [OpSignature(schema, model, graph, graph.Operators(i), op_names, type_names, folded)
+                           for i in range(graph.OperatorsLength())]
+    except Exception as error:  # a truncated or corrupt flatbuffer fails anywhere in the generated reader
+        raise ValueError(f"`tflite` file {os.fspath(path)!r} is not a readable TFLite model: "
+                         f"{type(error).__name__}: {error}") from None
+    return signatures
+
+
+def gpu_report(path):
+    """What the LiteRT GPU delegate would do with a .tflite file: {"refused": {op: count}, "reasons": {op: [why]},
+    "wrong": {what: count} it would compute wrongly, "issues": {what or reason: LiteRT issue}, "ops": count}."""
+    refused, reasons = collections.Counter(), collections.defaultdict(list)
+    wrong, issues = collections.Counter(), {}
+    signatures = op_signatures(path)
+    for sig in signatures:
+        why = [reason for reason in (refusal(sig),) if reason]
+        for kind, what, issue in known_bugs(sig):
+            issues[what] = issue
+            if kind == "wrong":
+                wrong[what] += 1
+            else:
+                why.append(what)
+        if why:
+            refused[sig.name] += 1
+            reasons[sig.name] += [w for w in why if w not in reasons[sig.name]]
+    return {"refused": dict(refused), "reasons": dict(reasons), "wrong": dict(wrong), "issues": issues,
+            "ops": len(signatures)}
+
+
+def gpu_refusals(path):
+    """({op: count} the LiteRT GPU delegate would refuse, {op: [reasons]}, number of ops) of a .tflite file."""
+    report = gpu_report(path)
+    return report["refused"], report["reasons"], report["ops"]
 
 
 def litert_gpu_coverage(path):

@@ -59,6 +59,9 @@ def check_vit(model, source="model"):
         )
     if not model.vit_config.get("include_top", True):
         raise ValueError(f"`model` ({source}) has no classification head (include_top=False); export a classifier.")
+    if any(layer.quantization_mode for layer in framework.flatten_layers(model, include_self=True)):
+        raise ValueError(f"`model` ({source}) was quantized by Keras's model.quantize; export the float model (export "
+                         "quantizes it itself: --quantize int8|dynamic|float16), or this one with model.export.")
     return model
 
 

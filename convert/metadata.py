@@ -23,6 +23,10 @@ import numpy as np
 from flatbuffers import number_types, table
 
 METADATA_NAME = "TFLITE_METADATA"
+# The converter's own entry in the model's metadata list: the oldest TFLite runtime version that runs the file, as
+# a 16-byte NUL-padded string (export writes ours there: convert/runtime_version.py).
+RUNTIME_VERSION_NAME = "min_runtime_version"
+RUNTIME_VERSION_BYTES = 16
 METADATA_IDENTIFIER = b"M001"
 MODEL_IDENTIFIER = b"TFL3"
 
@@ -167,20 +171,34 @@ def pack_model(model, size_hint=1024):
     return bytes(builder.Output())
 
 
-def populate(model_bytes, metadata, associated_files):
-    """The model with ``metadata`` in its "TFLITE_METADATA" buffer and ``associated_files`` (name -> bytes) zipped after it."""
+def set_model_metadata(model, name, data):
+    """The ``name`` entry of an unpacked model's (``ModelT``) metadata list set to ``data`` bytes, made if missing."""
     from ai_edge_litert import schema_py_generated as schema
 
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(data, dtype=np.uint8)
+    model.buffers = (model.buffers or []) + [buffer]
+    entry = next((e for e in model.metadata or [] if e.name in (name, name.encode())), None)
+    if entry is None:
+        entry = schema.MetadataT()
+        entry.name = name
+        model.metadata = (model.metadata or []) + [entry]
+    entry.buffer = len(model.buffers) - 1
+
+
+def populate(model_bytes, metadata, associated_files, min_runtime_version=None):
+    """The model with ``metadata`` in its "TFLITE_METADATA" buffer and ``associated_files`` (name -> bytes) zipped after it.
+
+    min_runtime_version: a TFLite version string ("2.9.0") for the model's own "min_runtime_version" entry."""
     if _find_metadata_buffer(model_bytes) is not None:
         raise ValueError("the model already carries TFLite metadata; populate a fresh conversion.")
     model = unpack_model(model_bytes)
-    buffer = schema.BufferT()
-    buffer.data = np.frombuffer(metadata_buffer(metadata), dtype=np.uint8)
-    model.buffers = (model.buffers or []) + [buffer]
-    entry = schema.MetadataT()
-    entry.name = METADATA_NAME
-    entry.buffer = len(model.buffers) - 1
-    model.metadata = (model.metadata or []) + [entry]
+    set_model_metadata(model, METADATA_NAME, metadata_buffer(metadata))
+    if min_runtime_version is not None:
+        version = min_runtime_version.encode("ascii")
+        if len(version) >= RUNTIME_VERSION_BYTES:
+            raise ValueError(f"`min_runtime_version` {min_runtime_version!r} is longer than the entry holds.")
+        set_model_metadata(model, RUNTIME_VERSION_NAME, version.ljust(RUNTIME_VERSION_BYTES, b"\0"))
     out = io.BytesIO(pack_model(model, len(model_bytes) + 4096))
     out.seek(0, io.SEEK_END)
     # Appending to a non-zip file writes a zip whose offsets count from the file start, as MediaPipe reads it.
@@ -234,7 +252,7 @@ def parse_metadata_buffer(buffer):
     return _read(table.Table(buffer, root), "ModelMetadata")
 
 
-def _find_metadata_buffer(model_bytes):
+def _find_metadata_buffer(model_bytes, name=METADATA_NAME):
     from ai_edge_litert import schema_py_generated as schema
 
     if not schema.Model.ModelBufferHasIdentifier(model_bytes, 0):
@@ -242,12 +260,46 @@ def _find_metadata_buffer(model_bytes):
     model = schema.Model.GetRootAs(model_bytes, 0)
     for i in range(model.MetadataLength()):
         entry = model.Metadata(i)
-        if entry.Name().decode("utf-8") == METADATA_NAME:
+        if entry.Name().decode("utf-8") == name:
             buffer = model.Buffers(entry.Buffer())
             if buffer.Offset() > 1:  # stored outside the flatbuffer (large models)
                 return bytes(model_bytes[buffer.Offset(): buffer.Offset() + buffer.Size()])
-            return buffer.DataAsNumpy().tobytes()
+            return buffer.DataAsNumpy().tobytes() if buffer.DataLength() else b""
     return None
+
+
+def read_flatbuffer(path):
+    """The bytes of a .tflite file, with a clear error for a missing file or one that is no TFLite flatbuffer."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"`tflite` file {str(path)!r} does not exist.") from None
+    except IsADirectoryError:
+        raise ValueError(f"`tflite` {str(path)!r} is a directory, not a .tflite file.") from None
+    if len(data) < 8 or not schema.Model.ModelBufferHasIdentifier(data, 0):
+        raise ValueError(f"`tflite` file {str(path)!r} is not a TFLite model (no TFL3 flatbuffer identifier; "
+                         f"{len(data)} bytes starting {data[:8]!r}).")
+    try:  # the schema's version 3 and a subgraph: what a truncated or overwritten file lacks
+        model = schema.Model.GetRootAs(data, 0)
+        readable = model.Version() == 3 and model.SubgraphsLength() > 0
+    except Exception:  # the generated reader fails anywhere on a corrupt offset
+        readable = False
+    if not readable:
+        raise ValueError(f"`tflite` file {str(path)!r} is not a readable TFLite model (a TFL3 identifier, but no "
+                         "schema-3 model with a subgraph behind it).")
+    return data
+
+
+def read_min_runtime_version(model):
+    """The model's "min_runtime_version" entry (a .tflite path or its bytes), or None where it has none."""
+    data = model if isinstance(model, (bytes, bytearray)) else read_flatbuffer(model)
+    value = _find_metadata_buffer(bytes(data), RUNTIME_VERSION_NAME)
+    if value is None:
+        return None
+    return value.rstrip(b"\0").decode("ascii", "replace") or None
 
 
 def read_model_metadata(model):

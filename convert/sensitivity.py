@@ -25,6 +25,7 @@ from .int8 import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, default_float_nodes, 
                    split_float_ops)
 from .runtime import latency_ms, op_precisions, tflite_scores
 from .tflite import calibration_images, check_builtin_ops, convert_graph
+from .transposes import explicit_transposes
 
 CANDIDATES = ("CONV_2D", "FULLY_CONNECTED", "ADD", "MEAN", "SUB", "MUL", "CONCATENATION")
 # What ``fewest_float_ops`` may add to the default int8 file's float ops (INT8_FLOAT_OPS): the other ADDs, then
@@ -94,8 +95,8 @@ class Prober:
         self.path = os.path.join(folder, "probe.tflite")
 
     def quantize(self, float_ops):
-        return quantize_int8(self.calibrated, float_ops, num_norms=self.norms,
-                             float_nodes=self.nodes if float_ops else ())
+        return explicit_transposes(quantize_int8(self.calibrated, float_ops, num_norms=self.norms,
+                                                 float_nodes=self.nodes if float_ops else ()))
 
     def row(self, float_ops):
         """{float_ops, agreement, max_abs_diff, bytes, float_op_count[, latency_ms]} for ``float_ops``."""

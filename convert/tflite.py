@@ -17,6 +17,7 @@ from .attention_output import rollout_output_names, scores_output_first
 from .graph import check_vit, concrete_function, norm_count, norm_scales, qkv_scales, takes_raw_pixels
 from .int8 import INT8_FLOAT_OPS, default_float_nodes, float_node_names, quantize_int8
 from .ranges import mse_ranges
+from .transposes import explicit_transposes
 
 
 
@@ -110,6 +111,7 @@ def convert(model, quantize="float32", calibration=None, dynamic_batch=False, fl
             nodes = list(nodes) + rollout_output_names(model_bytes) + float_node_names(("rollout_graph",), sum(
                 block.attn.num_heads for block in model.blocks))
         model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model), float_nodes=nodes)
+    model_bytes = explicit_transposes(model_bytes)  # GPU-safe: no BATCH_MATMUL reads an operand transposed
     check_builtin_ops(model_bytes, quantize)
     if not attention_output:
         return bytes(model_bytes)

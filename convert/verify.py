@@ -4,8 +4,9 @@ Both LiteRT CPU runtimes are timed: the classic ``ai_edge_litert.interpreter.Int
 and the newer ``ai_edge_litert.compiled_model.CompiledModel``. Latency is the median of
 ``runs`` invocations at batch 1 after ``warmup`` invocations. ``delegation_report``
 is the per-op profile: which ops XNNPACK runs and which fall back to the slower
-reference kernels, splitting the graph into more partitions. ``gpu_delegate.gpu_refusals`` names the ops the
-LiteRT GPU delegate would refuse, checked statically (no GPU runs here).
+reference kernels, splitting the graph into more partitions. ``gpu_delegate.gpu_report`` names the ops the
+LiteRT GPU delegate would refuse or is known to compute wrongly, checked statically (no GPU runs here);
+``runtime_version.required_runtime`` the oldest TFLite runtime that runs the file.
 """
 
 import os
@@ -16,10 +17,29 @@ from vit_keras.constants import RUNTIMES
 from vit_keras.data.datasets import load_dataset
 from vit_keras.training.runs import data_split
 
+from . import metadata as tflite_metadata
 from .export import load_vit
-from .gpu_delegate import gpu_refusals, litert_gpu_coverage
+from .gpu_delegate import ISSUE_URLS, gpu_report, litert_gpu_coverage
 from .graph import keras_scores
 from .runtime import latency_ms, op_precisions, tflite_scores
+from .runtime_version import describe as describe_runtime
+from .runtime_version import required_runtime
+
+
+def check_image_classifier(path):
+    """A clear error unless ``path`` is a TFLite model whose first input is an image batch (B, H, W, 1|3)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    tflite_metadata.read_flatbuffer(path)
+    try:
+        details = Interpreter(model_path=os.fspath(path)).get_input_details()
+    except Exception as error:  # LiteRT raises ValueError or RuntimeError for a file it cannot read
+        raise ValueError(f"`tflite` file {os.fspath(path)!r} is not a model LiteRT can load: {error}") from None
+    shapes = [tuple(int(v) for v in d["shape"]) for d in details]
+    if not shapes or len(shapes[0]) != 4 or shapes[0][-1] not in (1, 3):
+        raise ValueError(f"`tflite` file {os.fspath(path)!r} has no image input (inputs: {shapes or 'none'}); "
+                         "verify takes image classifiers whose first input is (batch, height, width, 1 or 3).")
+    return details[0]
 
 
 def float_ops_cell(row):
@@ -30,33 +50,69 @@ def float_ops_cell(row):
 
 
 def gpu_cell(row):
-    """The table's "GPU delegate refuses" cell: "none", or each op type it would refuse and its count."""
-    refused = row.get("gpu_refused")
+    """The table's "GPU delegate" cell: "none", or what it would compute wrongly and what it would refuse (each op
+    type and its count), with the LiteRT issue that documents a known bug."""
+    refused, wrong = row.get("gpu_refused"), row.get("gpu_wrong") or {}
     if refused is None:
         return "-"
-    return ", ".join(f"{name} {count}" for name, count in sorted(refused.items())) if refused else "none"
+    issues = row.get("gpu_issues") or {}
+    parts = [f"computes wrongly: {what}, {issues[what]} ({count} ops)" for what, count in sorted(wrong.items())]
+    if refused:
+        tags = sorted({issues[why] for reasons in (row.get("gpu_reasons") or {}).values() for why in reasons
+                       if why in issues})
+        parts.append("refuses: " + ", ".join(f"{name} {count}" for name, count in sorted(refused.items()))
+                     + "".join(f", {tag}" for tag in tags))
+    return "; ".join(parts) or "none"
+
+
+def runtime_cell(row):
+    """The table's "runtime" cell: the oldest TFLite version that runs the file, from its op versions."""
+    runtime = row.get("runtime")
+    if runtime is None:
+        return "-"
+    return f"TFLite >= {runtime['version']}" if runtime["version"] else "unknown"
+
+
+def runtime_note(rows):
+    """The line under the table on which runtime packages run each file, and which ops set that version."""
+    lines = []
+    for row in rows:
+        runtime = row.get("runtime")
+        if runtime:
+            why = ", ".join(runtime["unknown"] or runtime["limiting"])
+            lines.append(f"{row['file']}: {describe_runtime(runtime)}, set by {why}")
+    return "Oldest runtime, from each file's op versions: " + "; ".join(lines) if lines else ""
 
 
 def gpu_note(rows):
     """The line under the table on LiteRT's own GPU accelerator: its verdict per file where it could start,
     else that it could not, so the column is a static check and nothing more."""
     verdicts = {row["file"]: row.get("litert_gpu") for row in rows}
+    cited = sorted({issue for row in rows for issue in (row.get("gpu_issues") or {}).values()})
+    bugs = "".join(f" {issue}: {ISSUE_URLS[issue]}." for issue in cited if issue in ISSUE_URLS)
     if all(v is None for v in verdicts.values()):
-        return ("GPU: a static check of each op against the GPU delegate's rules; CompiledModel's GPU accelerator "
+        return bugs.strip() + (" " if bugs else "") + ("GPU: a static check of each op against the GPU delegate's rules; CompiledModel's GPU accelerator "
                 "could not start on this machine (no GPU adapter), so nothing ran on a GPU.")
     said = {True: "every op on the GPU", False: "some ops left to the CPU", None: "could not start"}
-    return "CompiledModel's GPU accelerator: " + "; ".join(f"{f}: {said[v]}" for f, v in verdicts.items())
+    return bugs.strip() + (" " if bugs else "") + "CompiledModel's GPU accelerator: " + "; ".join(
+        f"{f}: {said[v]}" for f, v in verdicts.items())
 
 
 def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, runtimes=RUNTIMES):
     """One row of the verification table, as a dict."""
     scores = tflite_scores(tflite_path, images)
     float_ops, integer_ops = op_precisions(tflite_path)
+    gpu = gpu_report(tflite_path)
+    runtime = required_runtime(tflite_path)
     row = {
         "file": os.path.basename(os.fspath(tflite_path)),
         "float_ops": float_ops,
         "integer_ops": integer_ops,
-        "gpu_refused": gpu_refusals(tflite_path)[0],
+        "gpu_refused": gpu["refused"],
+        "gpu_reasons": gpu["reasons"],
+        "gpu_wrong": gpu["wrong"],
+        "gpu_issues": gpu["issues"],
+        "runtime": runtime,
         "litert_gpu": litert_gpu_coverage(tflite_path),
         "size_mb": os.path.getsize(tflite_path) / 1e6,
         "agreement": float(np.mean(scores.argmax(-1) == keras_scores.argmax(-1))),
@@ -74,11 +130,11 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
     """A Markdown table of ``verify`` rows; ``split`` names the accuracy column's data."""
     short = {"interpreter": "Interpreter", "compiled": "CompiledModel"}
     latency_cols = [(f"{r}_{n}t_ms", f"{short[r]} {n}T ms") for r in runtimes for n in threads]
-    header = ["file", "size MB"] + [title for _, title in latency_cols] + [
-        "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff", "GPU delegate refuses", "ops in float"]
+    header = ["file", "size MB", "runtime"] + [title for _, title in latency_cols] + [
+        "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff", "GPU delegate", "ops in float"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [row["file"], f"{row['size_mb']:.2f}"] + [
+        cells = [row["file"], f"{row['size_mb']:.2f}", runtime_cell(row)] + [
             f"{row[key]:.2f}" if key in row else "-" for key, _ in latency_cols] + [
             f"{100 * row['agreement']:.2f}%", f"{100 * row['accuracy']:.2f}% ({100 * row['keras_accuracy']:.2f}%)",
             f"{row['max_abs_diff']:.4f}", gpu_cell(row), float_ops_cell(row)]
@@ -95,6 +151,7 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
     for path in tflite_paths:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"`tflite` file {path!r} does not exist.")
+        check_image_classifier(path)
     model = load_vit(keras_path)
     dataset = load_dataset(data, split=split, limit=limit, image_size=model.vit_config["image_size"], data_dir=data_dir,
                            **data_split(keras_path, data))  # the training folder's held-out part, else all of it
@@ -105,4 +162,4 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
     used = f" ({dataset.source})" if dataset.source else ""
     return (f"{len(images):,} {split} images of {data}{used}; latency at batch 1, median of {runs} runs after "
             "warm-up.\n\n"
-            + format_table(rows, threads, split=split) + "\n\n" + gpu_note(rows))
+            + format_table(rows, threads, split=split) + "\n\n" + gpu_note(rows) + "\n\n" + runtime_note(rows))

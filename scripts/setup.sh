@@ -31,6 +31,22 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] || [ ! -x .venv/bin/vit-keras 
   echo "$wanted" > "$stamp"
 fi
 
+# Older TFLite runtimes that tests/test_runtimes.py runs exported files under (vit_keras/constants.py's
+# COMPAT_RUNTIMES): one environment each in .venv-compat/ (ignored by git), with NumPy < 2 as they were built. A
+# package with no wheel for this Python is skipped with a warning; its test then skips and says so.
+while IFS=" " read -r package release; do
+  env_dir=".venv-compat/${package}-${release}"
+  compat_stamp="$env_dir/.setup-stamp"
+  [ "$(cat "$compat_stamp" 2>/dev/null)" = "$package==$release" ] && continue
+  rm -rf "$env_dir"
+  if python3 -m venv "$env_dir" && "$env_dir/bin/python" -m pip install -q "numpy<2" "$package==$release"; then
+    echo "$package==$release" > "$compat_stamp"
+  else
+    echo "setup.sh: could not install $package $release in $env_dir; the tests under it will skip" >&2
+    rm -rf "$env_dir"
+  fi
+done < <(python3 -c 'import runpy; [print(p, r) for p, r, *_ in runpy.run_path("vit_keras/constants.py")["COMPAT_RUNTIMES"]]')
+
 # The in-browser runtime that `vit-keras export-web` copies into its site: from the npm registry, pinned with its
 # integrity hash in package-lock.json, into node_modules/ (ignored by git). It needs npm (Node 20 here).
 npm_stamp=node_modules/.setup-stamp

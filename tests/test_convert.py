@@ -236,15 +236,16 @@ def test_int8_position_table_is_stored_in_half(tmp_path):
 
     from vit_keras.convert.graph import norm_count
     from vit_keras.convert.half_tables import store_in_half
+    from vit_keras.convert.transposes import explicit_transposes
 
     keras.utils.set_random_seed(0)
     model = vit_keras.create_model("vit_ti16", image_size=32, patch_size=8, num_classes=3, num_layers=1,
                                    hidden_size=32, num_heads=2, mlp_dim=32, include_preprocessing=True)
     images = np.random.default_rng(0).integers(0, 256, (120, 32, 32, 3), dtype=np.uint8)
     calibrated = tflite.convert_graph(model, "int8", images)
-    full = store_in_half(int8_export.quantize_int8(  # no names: the flatbuffer packed again, as it is
+    full = explicit_transposes(store_in_half(int8_export.quantize_int8(  # no names: the flatbuffer packed again
         calibrated, num_norms=norm_count(model), float_nodes=int8_export.default_float_nodes(model, calibrated),
-        half_table=False), ())
+        half_table=False), ()))  # and the GPU-safe transposes, as convert() adds them
     half = tflite.convert(model, "int8", images)
     tokens, width = model.patch_encoder.num_tokens, 32
     assert len(full) - len(half) == pytest.approx(tokens * width * 2, abs=200)  # less a tensor and an op
@@ -573,7 +574,7 @@ def test_gpu_check_names_what_the_gpu_delegate_refuses(exported, reference, fash
     rows = [verify(exported[mode], reference[:20], fashion[3][:20], fashion[2][:20], runs=2, runtimes=("interpreter",),
                    threads=(1,)) for mode in ("float32", "int8")]
     table = format_table(rows, threads=(1,), runtimes=("interpreter",))
-    assert table.splitlines()[0].split("|")[-3].strip() == "GPU delegate refuses"
+    assert table.splitlines()[0].split("|")[-3].strip() == "GPU delegate"
     assert all(line.split("|")[-3].strip() == "none" for line in table.splitlines()[2:])
     from vit_keras.convert.verify import gpu_note
 

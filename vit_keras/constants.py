@@ -29,6 +29,13 @@ POOLINGS = ("token", "gap", "sequence")  # eq. 4's readout: vit_keras.models.rea
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
 INT8_RANGES = ("mse", "minmax")  # how int8 picks each activation's range: vit_keras.convert.ranges
 RUNTIMES = ("interpreter", "compiled")  # LiteRT's Interpreter and CompiledModel APIs
+# The older runtimes an exported file is checked under (convert/runtime_version.py): pip package, release, the
+# TFLite version whose kernels it carries, its interpreter module. ai-edge-litert 1.0.1 (August 2024) came between
+# TensorFlow 2.17 and 2.18. scripts/setup.sh makes one environment each, COMPAT_DIR/<package>-<release>, with
+# NumPy < 2 (what they were built against).
+COMPAT_RUNTIMES = (("tflite-runtime", "2.14.0", "2.14.0", "tflite_runtime.interpreter"),
+                   ("ai-edge-litert", "1.0.1", "2.17.0", "ai_edge_litert.interpreter"))
+COMPAT_DIR = ".venv-compat"
 
 # The Google checkpoints' input range: (pixel - 127.5) / 127.5 in [-1, 1].
 PIXEL_MEAN = 127.5

@@ -55,9 +55,9 @@ def loss_tracker(model):
     return internal(model, "_loss_tracker")
 
 
-def flatten_layers(model):
+def flatten_layers(model, include_self=False):
     """Every layer inside ``model``, nested ones included (Keras has no public walk)."""
-    return internal(model, "_flatten_layers")(include_self=False)
+    return internal(model, "_flatten_layers")(include_self=include_self)
 
 
 # TensorFlow's TFLite converter: int8 export calibrates, then quantizes with its own float-kept ops (convert.tflite).

@@ -7,7 +7,12 @@ from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, INT8_RANGES, QUANTIZ
 def add_arguments(parser):
     parser.add_argument("model", help="the .keras file of a trained run (labels.txt is read from beside it)")
     parser.add_argument("--quantize", default="int8", metavar="|".join(QUANTIZATIONS),
-                        help="float32, float16, dynamic (range), or int8 (full integer, uint8 input; default)")
+                        help="float32, float16, dynamic (range), or int8 (full integer, uint8 input; default). "
+                             "float32, float16 and int8 run on TFLite 2.9 and newer (tflite-runtime 2.9+). "
+                             "dynamic needs TFLite 2.17 (ai-edge-litert): its int8 weights per output channel "
+                             "make FULLY_CONNECTED op version 12, which tflite-runtime (last release 2.14) and "
+                             "the TFLite Task Library 0.4.4 refuse; one scale a layer would run there but agrees "
+                             "with Keras less")
     parser.add_argument("--calibration", default=None, metavar="DATA",
                         help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH")
     parser.add_argument("--calibration-size", type=int, default=DEFAULT_CALIBRATION_IMAGES,
@@ -52,7 +57,7 @@ def run(args):
         description=args.description, version=args.version, license=args.license,
     )
     print(f"wrote {summary['path']} ({summary['bytes'] / 1e6:.2f} MB, {summary['quantize']}, input "
-          f"{summary['input_dtype']} {summary['input_shape']}, {summary['labels']} labels)")
+          f"{summary['input_dtype']} {summary['input_shape']}, {summary['labels']} labels); runs on {summary['runtime']}")
     if "sweep" in summary:
         from vit_keras.convert.sensitivity import format_sweep
 

@@ -173,6 +173,7 @@ class TransformerBlock(keras.layers.Layer):
         self.fc1.build(input_shape)
         self.fc2 = keras.layers.Dense(d, name="fc2")
         self.fc2.build((*input_shape[:-1], self.mlp_dim))
+        self.drop_path_layer.build(input_shape)
 
     def mlp(self, x, training=None):
         x = ops.gelu(self.fc1(x), approximate=self.gelu_approximate)

@@ -238,6 +238,10 @@ class DropPath(keras.layers.Layer):
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if rate else None
 
+    def build(self, input_shape):
+        # No weights; built as soon as its block is (model.quantize checks every layer is built).
+        self.built = True
+
     def call(self, x, training=None):
         if not training or not self.rate:
             return x

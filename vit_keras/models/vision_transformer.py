@@ -18,6 +18,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from vit_keras import framework
 from vit_keras.constants import POOLINGS, POSITION_EMBEDDINGS
 from vit_keras.models import stems
 from vit_keras.models.encoder import TransformerBlock
@@ -167,13 +168,36 @@ class VisionTransformer(keras.Model):
         super().__init__(inputs=images, outputs=x, name=name, **kwargs)
         self.vit_config = config
 
-    # Functional models rebuild from their constructor arguments, like keras-hub's backbones.
+    # Functional models rebuild from their constructor arguments, like keras-hub's backbones. A model quantized by
+    # model.quantize also records its quantized layers' dtype policies: rebuilt, they get them back before the
+    # weights load, so each layer has the quantized variables the file holds.
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **copy.deepcopy(dict(self.vit_config))}  # a plain dict: deep-copying the tracked one serializes the whole model
+        config = {"name": self.name, "trainable": self.trainable, **copy.deepcopy(dict(self.vit_config))}  # a plain dict: deep-copying the tracked one serializes the whole model
+        quantized = {path: keras.dtype_policies.serialize(layer.dtype_policy) for path, layer in sublayers(self)
+                     if layer.dtype_policy.quantization_mode}
+        return {**config, QUANTIZED_LAYERS: quantized} if quantized else config
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        config = dict(config)
+        quantized = config.pop(QUANTIZED_LAYERS, None) or {}
+        model = cls(**config)
+        layers = dict(sublayers(model))
+        for path, policy in quantized.items():
+            if path not in layers:
+                raise ValueError(f"`{QUANTIZED_LAYERS}` names layer {path!r}, which this model does not have.")
+            layers[path].dtype_policy = keras.dtype_policies.deserialize(policy)  # quantizes the built layer
+        return model
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+        """Keras's export. A model that ``quantize`` made int8 or float8 exports to LiteRT as its float twin,
+        int8 weights kept in int8 (vit_keras.convert.keras_export: TFLite has no kernels for those Keras ops)."""
+        if format == "litert":
+            from vit_keras.convert import keras_export
+
+            if keras_export.needs_twin(self):
+                return keras_export.export_litert(self, filepath, verbose, input_signature, **kwargs)
+        return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
 
     def call(self, inputs, training=None, mask=None):
         channels, got = self.vit_config["channels"], inputs.shape[-1]
@@ -247,6 +271,7 @@ class VisionTransformer(keras.Model):
         return [np.concatenate(per_layer[i::n]) for i in range(n)]
 
 
+QUANTIZED_LAYERS = "quantized_layers"  # get_config's key: {layer path in the model: its quantized dtype policy}
 VIT_KEYWORDS = frozenset(inspect.signature(VisionTransformer.__init__).parameters) - {"self", "kwargs"} | {"trainable"}
 
 
@@ -266,6 +291,14 @@ def _fit_position_tables(source, target, values):
         if key in values:
             values[key] = resize_axis_embedding(values[key], new[axis])
     return values
+
+
+def sublayers(model):
+    """(path inside ``model``, layer) of every layer under its top-level layers, e.g. 'encoderblock_0/attn/qkv'."""
+    for top in model.layers:
+        for layer in framework.flatten_layers(top, include_self=True):
+            if top.path and layer.path:  # an InputLayer has none
+                yield top.name + layer.path.removeprefix(top.path), layer
 
 
 def _float32_policy():
