@@ -69,9 +69,9 @@ def build(name, fmnist_model):
             label_file = os.path.join(os.path.dirname(fmnist_model), "labels.txt")
             labels = open(label_file).read().split("\n") if os.path.isfile(label_file) else None
         else:
-            from vit_keras.training.train import build_model
+            from vit_keras.training.train import build_model_to_train
 
-            model = build_model(10, 1, (28, 28))  # the quick recipe's ViT, seeded
+            model = build_model_to_train(10, 1, (28, 28))  # the quick recipe's ViT, seeded
             labels = None
         labels = [v for v in (labels or []) if v] or [f"class_{i}" for i in range(model.vit_config["num_classes"])]
         calibration = np.random.default_rng(0).integers(0, 256, (128, 28, 28, model.vit_config["channels"]), "uint8")

@@ -59,9 +59,9 @@ def load(model_path):
 
     if model_path and os.path.isfile(model_path):
         return keras.saving.load_model(model_path), os.path.basename(model_path)
-    from vit_keras.training.train import build_model
+    from vit_keras.training.train import build_model_to_train
 
-    return build_model(10, 1, (28, 28)), "the quick recipe's model, untrained"
+    return build_model_to_train(10, 1, (28, 28)), "the quick recipe's model, untrained"
 
 
 def export_files(model_path, workdir, calibration):
@@ -90,7 +90,7 @@ def export_files(model_path, workdir, calibration):
 
 
 def runners(files, threads):
-    from vit_keras.convert.verify import model_input, prepare, runner
+    from vit_keras.convert.runtime import model_input, prepare, runner
 
     made = {}
     for name, (path, maker) in files.items():
@@ -108,7 +108,7 @@ def runners(files, threads):
 
 def latencies(files, threads, runs, rounds=5):
     """{(row, threads): median ms}, interleaved rounds."""
-    from vit_keras.convert.verify import median_invoke_ms
+    from vit_keras.convert.runtime import median_invoke_ms
 
     made = runners(files, threads)
     for run in made.values():
@@ -121,11 +121,11 @@ def latencies(files, threads, runs, rounds=5):
 
 
 def file_scores(path, maker, images):
-    from vit_keras.convert.verify import predict
+    from vit_keras.convert.runtime import tflite_scores
 
     if maker == "keras":
         return KerasFile(path, 2).scores(images.astype("float32"))
-    return predict(path, images)
+    return tflite_scores(path, images)
 
 
 def main(argv=None):

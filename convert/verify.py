@@ -18,12 +18,12 @@ from vit_keras.data.datasets import load_dataset
 from vit_keras.training.runs import data_split
 
 from . import metadata as tflite_metadata
-from .export import load_vit
 from .gpu_delegate import ISSUE_URLS, gpu_report, litert_gpu_coverage
 from .graph import keras_scores
 from .runtime import latency_ms, op_precisions, tflite_scores
 from .runtime_version import describe as describe_runtime
 from .runtime_version import required_runtime
+from .tflite import load_vit
 
 
 def check_image_classifier(path):

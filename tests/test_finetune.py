@@ -52,7 +52,7 @@ def test_sgd_is_the_papers_fine_tuning_optimizer():
 
 
 def test_a_saved_model_fine_tunes_at_most_at_its_own_size(tmp_path):
-    saved = train.build_model(10, 1, (28, 28))  # the quick recipe's ViT: 32 px, patch 8
+    saved = train.build_model_to_train(10, 1, (28, 28))  # the quick recipe's ViT: 32 px, patch 8
     saved.save(tmp_path / "base.keras")
     config = TrainConfig("fashion_mnist", weights=str(tmp_path / "base.keras"))
     side, reason = finetune_image_size(config, cores=2, accelerators=0)

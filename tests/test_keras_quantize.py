@@ -55,7 +55,7 @@ def test_a_new_model_quantizes_before_any_call():
 def test_a_quantized_model_predicts_saves_reloads_and_exports(run, tmp_path, mode, least_agreement, error):
     """Within the mode's expected error of the float model; reloaded in safe mode with the same outputs; exported
     by model.export to LiteRT with builtin ops alone, and that file gives the quantized model's decisions."""
-    from vit_keras.convert.export import unsupported_ops
+    from vit_keras.convert.tflite import unsupported_ops
 
     path, images = run
     model = keras.saving.load_model(path)
@@ -78,7 +78,7 @@ def test_a_quantized_model_predicts_saves_reloads_and_exports(run, tmp_path, mod
 def test_model_export_of_int8_keeps_int8_weights(run, tmp_path):
     """The int8 model's .tflite holds its dense layers' weights in int8 (FULLY_CONNECTED computes in integers), the
     float model's in float."""
-    from vit_keras.convert.verify import op_precisions
+    from vit_keras.convert.runtime import op_precisions
 
     path, _ = run
     model = keras.saving.load_model(path)
@@ -114,9 +114,9 @@ def test_every_named_model_quantizes_saves_and_reloads(name, tmp_path):
 
 def test_the_quick_recipe_model_quantizes_and_exports(tmp_path):
     """scripts/main.sh's model (conv stem, GAP, no class token) through quantize, save, reload and export."""
-    from vit_keras.training.train import build_model
+    from vit_keras.training.train import build_model_to_train
 
-    model = build_model(10, 1, (28, 28))
+    model = build_model_to_train(10, 1, (28, 28))
     model.quantize("int8")
     images = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 1)).astype("float32")
     logits = model.predict(images, verbose=0)

@@ -12,6 +12,7 @@ import vit_keras  # noqa: F401  (registers the layers before keras loads a model
 from app_models import train_fashion_run
 from vit_keras.constants import COMPAT_DIR, COMPAT_RUNTIMES, QUANTIZATIONS
 from vit_keras.convert import export as tflite_export
+from vit_keras.convert import tflite
 from vit_keras.convert.gpu_delegate import gpu_report
 from vit_keras.convert.metadata import read_min_runtime_version
 from vit_keras.convert.runtime_version import describe, required_runtime, runs_under
@@ -59,16 +60,16 @@ def test_no_batch_matmul_reads_an_operand_transposed_in_any_mode(files, fashion_
     """Every mode: BATCH_MATMULs (q.k^T and weights.v, two a head) with neither adj_x nor adj_y, nothing the GPU
     check flags; float32 still within 1e-5 of Keras."""
     from vit_keras.convert.graph import keras_scores
-    from vit_keras.convert.verify import predict
+    from vit_keras.convert.runtime import tflite_scores
 
     for mode, path in files.items():
         flags = matmul_flags(path)
         assert len(flags) == 2 * 2 and not any(x or y for x, y in flags), (mode, flags)
         report = gpu_report(path)
         assert report["wrong"] == {} and report["refused"] == {}, (mode, report)
-    model = tflite_export.load_vit(files["float32"].parent / "model.keras")
+    model = tflite.load_vit(files["float32"].parent / "model.keras")
     images = fashion_test[0][:50]
-    assert np.abs(predict(files["float32"], images) - keras_scores(model, images)).max() < 1e-5
+    assert np.abs(tflite_scores(files["float32"], images) - keras_scores(model, images)).max() < 1e-5
 
 
 def converted(function):
@@ -196,7 +197,7 @@ def test_each_mode_under_the_oldest_runtime_it_claims(files, fashion_test, tmp_p
                                                       module):
     """Where the file says this runtime is new enough, it gives the current runtime's top-1 (near-ties aside);
     where it says too old, the runtime refuses to load it, naming the op version."""
-    from vit_keras.convert.verify import model_input, predict, prepare
+    from vit_keras.convert.runtime import model_input, tflite_scores, prepare
 
     python = os.path.join(ROOT, COMPAT_DIR, f"{package}-{release}", "bin", "python")
     if not os.path.exists(python):
@@ -212,7 +213,7 @@ def test_each_mode_under_the_oldest_runtime_it_claims(files, fashion_test, tmp_p
             assert f"'{op}' version '{version}'" in result.stderr, result.stderr[-2000:]
             continue
         assert result.returncode == 0, (mode, result.stderr[-2000:])
-        theirs, ours = np.load(tmp_path / "scores.npy"), predict(path, images)
+        theirs, ours = np.load(tmp_path / "scores.npy"), tflite_scores(path, images)
         top2 = np.sort(ours, axis=-1)[:, -2:]
         # tflite-runtime 2.14's int8 kernels round a little differently (scores up to 0.02 apart, measured): a near-tie
         # may go either way, a decision may not.
