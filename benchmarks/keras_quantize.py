@@ -166,7 +166,8 @@ def main(argv=None):
         print(f"| {name} | {os.path.getsize(path) / 1e6:.3f} | "
               + " | ".join(f"{times[name, n]:.3f}" if (name, n) in times else "-" for n in threads)
               + f" | {100 * np.mean(scores.argmax(-1) == reference.argmax(-1)):.2f}% | "
-              f"{100 * np.mean(scores.argmax(-1) == labels):.2f}% | {np.abs(scores - reference).max():.4f} |", flush=True)
+              f"{100 * np.mean(scores.argmax(-1) == labels):.2f}% | {np.abs(scores - reference).max():.4f} |",
+              flush=True)
 
 
 if __name__ == "__main__":
