@@ -15,7 +15,6 @@ from vit_keras.convert import export as tflite_export
 from vit_keras.convert.gpu_delegate import gpu_report
 from vit_keras.convert.metadata import read_min_runtime_version
 from vit_keras.convert.runtime_version import describe, required_runtime, runs_under
-from vit_keras.data import FASHION_MNIST_CLASSES as LABELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "old_runtime_worker.py")
