@@ -187,7 +187,8 @@ def set_model_metadata(model, name, data):
 
 
 def populate(model_bytes, metadata, associated_files, min_runtime_version=None):
-    """The model with ``metadata`` in its "TFLITE_METADATA" buffer and ``associated_files`` (name -> bytes) zipped after it.
+    """The model with ``metadata`` in its "TFLITE_METADATA" buffer and ``associated_files`` (name -> bytes) zipped
+    after it.
 
     min_runtime_version: a TFLite version string ("2.9.0") for the model's own "min_runtime_version" entry."""
     if _find_metadata_buffer(model_bytes) is not None:

@@ -89,13 +89,12 @@ def gpu_note(rows):
     else that it could not, so the column is a static check and nothing more."""
     verdicts = {row["file"]: row.get("litert_gpu") for row in rows}
     cited = sorted({issue for row in rows for issue in (row.get("gpu_issues") or {}).values()})
-    bugs = "".join(f" {issue}: {ISSUE_URLS[issue]}." for issue in cited if issue in ISSUE_URLS)
+    bugs = "".join(f"{issue}: {ISSUE_URLS[issue]}. " for issue in cited if issue in ISSUE_URLS)
     if all(v is None for v in verdicts.values()):
-        return bugs.strip() + (" " if bugs else "") + ("GPU: a static check of each op against the GPU delegate's rules; CompiledModel's GPU accelerator "
-                "could not start on this machine (no GPU adapter), so nothing ran on a GPU.")
+        return bugs + ("GPU: a static check of each op against the GPU delegate's rules; CompiledModel's GPU "
+                       "accelerator could not start on this machine (no GPU adapter), so nothing ran on a GPU.")
     said = {True: "every op on the GPU", False: "some ops left to the CPU", None: "could not start"}
-    return bugs.strip() + (" " if bugs else "") + "CompiledModel's GPU accelerator: " + "; ".join(
-        f"{f}: {said[v]}" for f, v in verdicts.items())
+    return bugs + "CompiledModel's GPU accelerator: " + "; ".join(f"{f}: {said[v]}" for f, v in verdicts.items())
 
 
 def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, runtimes=RUNTIMES):

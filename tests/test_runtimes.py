@@ -16,7 +16,6 @@ from vit_keras.convert import tflite
 from vit_keras.convert.gpu_delegate import gpu_report
 from vit_keras.convert.metadata import read_min_runtime_version
 from vit_keras.convert.runtime_version import describe, required_runtime, runs_under
-from vit_keras.data.datasets import FASHION_MNIST_CLASSES as LABELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "old_runtime_worker.py")
@@ -104,7 +103,8 @@ def test_explicit_transposes_keep_every_value_and_the_gpu_check_names_the_flags(
     after = explicit_transposes(before)
     assert adjoint_matmuls(after) == [] and explicit_transposes(after) == after
     (tmp_path / "after.tflite").write_bytes(after)
-    assert gpu_report(tmp_path / "after.tflite")["wrong"] == {} and gpu_report(tmp_path / "after.tflite")["refused"] == {}
+    fixed = gpu_report(tmp_path / "after.tflite")
+    assert fixed["wrong"] == {} and fixed["refused"] == {}
     rng = np.random.default_rng(0)
     k, kt = rng.normal(size=(1, 17, 8)).astype("float32"), rng.normal(size=(1, 8, 17)).astype("float32")
     outputs = []
@@ -114,7 +114,8 @@ def test_explicit_transposes_keep_every_value_and_the_gpu_check_names_the_flags(
         for detail in interpreter.get_input_details():  # named after the function's arguments
             interpreter.set_tensor(detail["index"], kt if detail["name"].endswith("kt") else k)
         interpreter.invoke()
-        outputs.append({tuple(d["shape"]): interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()})
+        outputs.append({tuple(d["shape"]): interpreter.get_tensor(d["index"])
+                        for d in interpreter.get_output_details()})
     for shape in ((1, 1, 17), (1, 17, 17)):  # the readout, and the product with both flags
         np.testing.assert_allclose(outputs[1][shape], outputs[0][shape], rtol=1e-6)
     np.testing.assert_allclose(outputs[1][1, 1, 17], (k[:, :1] * 2) @ k.transpose(0, 2, 1), rtol=1e-5)

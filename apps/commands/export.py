@@ -57,7 +57,8 @@ def run(args):
         description=args.description, version=args.version, license=args.license,
     )
     print(f"wrote {summary['path']} ({summary['bytes'] / 1e6:.2f} MB, {summary['quantize']}, input "
-          f"{summary['input_dtype']} {summary['input_shape']}, {summary['labels']} labels); runs on {summary['runtime']}")
+          f"{summary['input_dtype']} {summary['input_shape']}, {summary['labels']} labels); "
+          f"runs on {summary['runtime']}")
     if "sweep" in summary:
         from vit_keras.convert.sensitivity import format_sweep
 
