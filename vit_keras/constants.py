@@ -43,3 +43,7 @@ NORMALIZATIONS = {
 
 # ITU-R BT.601 luma weights, as tf.image.rgb_to_grayscale uses them (RGB -> gray).
 LUMA_WEIGHTS = (0.2989, 0.5870, 0.1140)
+
+# Pretrained weights
+GCS_HTTPS = "https://storage.googleapis.com/"  # gs://bucket/x is public at GCS_HTTPS + "bucket/x"
+IMAGENET_CLASSES_FILE = "imagenet2012.txt"  # the 1,000 ImageNet-1k class names, shipped in vit_keras

@@ -16,7 +16,9 @@ from importlib import resources
 
 import numpy as np
 
-CLASSES_FILE = "imagenet2012.txt"
+from .constants import IMAGENET_CLASSES_FILE
+
+CLASSES_FILE = IMAGENET_CLASSES_FILE
 
 
 def get_imagenet_classes():

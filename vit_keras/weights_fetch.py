@@ -24,6 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from .constants import GCS_HTTPS
 from .files import publish
 from .weights_presets import find_preset, nearest_presets
 
@@ -60,7 +61,7 @@ def split_url(url, sha256=None):
     if match and sha256 and match.group(1).lower() != sha256.lower():
         raise ValueError("`sha256` and the URL's '#sha256=' fragment disagree.")
     if url.startswith("gs://"):
-        url = "https://storage.googleapis.com/" + url[len("gs://"):]
+        url = GCS_HTTPS + url[len("gs://"):]
     return url, normalize_sha256(sha256 or (match.group(1) if match else None))
 
 
