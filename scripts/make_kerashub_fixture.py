@@ -1,5 +1,6 @@
-"""Make tests/fixtures/kerashub_vit/: a tiny keras-hub ViT image classifier, saved with keras-hub's own
-``save_to_preset``, and the logits keras-hub computes on fixed inputs.
+"""Make tests/fixtures/kerashub_vit/ (and kerashub_vit_pre_logits/, with a tanh intermediate layer): a tiny
+keras-hub ViT image classifier, saved with keras-hub's own ``save_to_preset``, and the logits keras-hub computes
+on fixed inputs.
 
 Run with keras-hub 0.32 (its own environment; vit-keras never imports keras-hub):
 
@@ -29,14 +30,15 @@ CONFIG = dict(image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=2, 
 NUM_CLASSES, IMAGE_SEED, WEIGHT_SEED = 5, 21, 7
 
 
-def main():
-    import keras
+def make(out, intermediate_dim=None):
+    """A random classifier saved to ``out`` with its logits on the fixed inputs."""
     import keras_hub
 
     backbone = keras_hub.models.ViTBackbone(**CONFIG)
     converter = keras_hub.layers.ViTImageConverter(image_size=(32, 32), scale=1 / 127.5, offset=-1.0)
     preprocessor = keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter)
-    classifier = keras_hub.models.ViTImageClassifier(backbone, NUM_CLASSES, preprocessor=preprocessor)
+    classifier = keras_hub.models.ViTImageClassifier(backbone, NUM_CLASSES, preprocessor=preprocessor,
+                                                     intermediate_dim=intermediate_dim)
     rng = np.random.RandomState(WEIGHT_SEED)
     for variable in classifier.weights:
         shape = tuple(variable.shape)
@@ -44,12 +46,20 @@ def main():
         variable.assign((base + 0.2 * rng.standard_normal(shape)).astype(np.float32))
     x = wc.images(32, IMAGE_SEED)  # the normalized input the backbone takes, in [-1, 1]
     logits = np.asarray(classifier(x))
-    if os.path.isdir(OUT):
-        shutil.rmtree(OUT)
-    classifier.save_to_preset(OUT)
-    np.savez(os.path.join(OUT, "expected.npz"), logits=logits, image_seed=IMAGE_SEED)
-    print(f"keras {keras.__version__}, keras-hub {keras_hub.__version__}: wrote {sorted(os.listdir(OUT))}; "
-          f"logits {logits.shape}, |logits| max {np.abs(logits).max():.3f}")
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    classifier.save_to_preset(out)
+    np.savez(os.path.join(out, "expected.npz"), logits=logits, image_seed=IMAGE_SEED)
+    print(f"wrote {out}: {sorted(os.listdir(out))}; logits {logits.shape}, |logits| max {np.abs(logits).max():.3f}")
+
+
+def main():
+    import keras
+    import keras_hub
+
+    print(f"keras {keras.__version__}, keras-hub {keras_hub.__version__}")
+    make(OUT)
+    make(OUT + "_pre_logits", intermediate_dim=8)  # a tanh layer before the head: our pre_logits
 
 
 if __name__ == "__main__":

@@ -17,16 +17,18 @@ FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "k
 TOLERANCE = 1e-5
 
 
-def expected():
-    with np.load(os.path.join(FOLDER, "expected.npz")) as data:
+def expected(folder=FOLDER):
+    with np.load(os.path.join(folder, "expected.npz")) as data:
         return data["logits"], wc.images(32, int(data["image_seed"]))
 
 
-def test_a_keras_hub_preset_folder_gives_keras_hubs_logits():
-    arguments = keras_hub_arguments(FOLDER)
+@pytest.mark.parametrize("folder", [FOLDER, FOLDER + "_pre_logits"])
+def test_a_keras_hub_preset_folder_gives_keras_hubs_logits(folder):
+    arguments = keras_hub_arguments(folder)
     assert arguments["num_classes"] == 5 and arguments["hidden_size"] == 16 and arguments["num_layers"] == 2
-    model = vit_keras.create_model("vit_b16", weights=FOLDER, **arguments)
-    logits, x = expected()
+    assert arguments["representation_size"] == (8 if folder.endswith("_pre_logits") else None)
+    model = vit_keras.create_model("vit_b16", weights=folder, **arguments)
+    logits, x = expected(folder)
     assert float(np.abs(np.asarray(model(x)) - logits).max()) <= TOLERANCE
 
 

@@ -64,3 +64,6 @@ MICRO_BATCHES = 2  # TrainConfig.micro_batches: concurrent XLA programs a step o
 VAL_FRACTION = 0.1  # a folder's held-out share
 MIN_CALIBRATION_IMAGES = 100  # int8: fewer leave the activation ranges to chance
 DEFAULT_CALIBRATION_IMAGES = 300
+# Pretrained weights
+GCS_HTTPS = "https://storage.googleapis.com/"  # gs://bucket/x is public at GCS_HTTPS + "bucket/x"
+IMAGENET_CLASSES_FILE = "imagenet2012.txt"  # the 1,000 ImageNet-1k class names, shipped in vit_keras.weights

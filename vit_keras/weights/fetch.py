@@ -24,6 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from vit_keras.constants import GCS_HTTPS
 from vit_keras.files import publish
 from vit_keras.weights.presets import find_preset, nearest_presets
 
@@ -60,7 +61,7 @@ def split_url(url, sha256=None):
     if match and sha256 and match.group(1).lower() != sha256.lower():
         raise ValueError("`sha256` and the URL's '#sha256=' fragment disagree.")
     if url.startswith("gs://"):
-        url = "https://storage.googleapis.com/" + url[len("gs://"):]
+        url = GCS_HTTPS + url[len("gs://"):]
     return url, normalize_sha256(sha256 or (match.group(1) if match else None))
 
 
@@ -240,7 +241,12 @@ def fetch_into(part, source, path, timeout, what, url):
             part.truncate(0)
             offset, response = 0, urllib.request.urlopen(source, timeout=timeout)
     with response:
-        if offset and response.status != 206:  # Range ignored: the whole file comes again
+        start = re.match(r"bytes (\d+)-", response.headers.get("Content-Range", "")) if response.status == 206 else None
+        if offset and (start is None or int(start.group(1)) != offset):  # Range ignored: the whole file again
+            if start is not None:  # another range than asked for: start afresh next time
+                part.truncate(0)
+                raise DownloadError(f"{shown(source)} answered a resumed download of {what} with another byte range; "
+                                    f"the kept part was dropped: try again. {by_hand(url, path)}")
             part.truncate(0)
             offset = 0
         total = announced_length(response, offset)

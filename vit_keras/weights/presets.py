@@ -16,13 +16,15 @@ import difflib
 import os
 from importlib import resources
 
-GCS = "https://storage.googleapis.com/vit_models/"
+from vit_keras.constants import GCS_HTTPS, IMAGENET_CLASSES_FILE
+
+GCS = GCS_HTTPS + "vit_models/"
 ORIGINAL = "google-research/vision_transformer README: gs://vit_models/"
 AUGREG = ("google-research/vision_transformer README (gs://vit_models/augreg); timm vision_transformer.py "
           "default_cfgs")
 AUGREG_HYBRID = "google-research/vision_transformer (gs://vit_models/augreg); timm vision_transformer_hybrid.py"
 APACHE = "Apache-2.0"
-IMAGENET_1K = "imagenet2012.txt"  # ships in vit_keras.weights
+IMAGENET_1K = IMAGENET_CLASSES_FILE
 IN21K, IN21K_1K, IN1K = "ImageNet-21k", "ImageNet-21k, fine-tuned on ImageNet-1k", "ImageNet-1k"
 ZERO_HEAD = "the 21k head is zero in the release (timm: 'classifier not valid'): for features and fine-tuning"
 NO_21K_LABELS = "no ImageNet-21k label list ships with vit_keras"
