@@ -57,7 +57,7 @@ class KerasFile:
 
 def load(model_path):
     if model_path and os.path.isfile(model_path):
-        from vit_keras.models import load_model
+        from vit_keras.models.vision_transformer import load_model
 
         return load_model(model_path), model_path
     from vit_keras.training.train import build_model_to_train
@@ -123,6 +123,16 @@ def latencies(files, threads, runs, rounds=5):
     return {key: statistics.median(values) for key, values in samples.items()}
 
 
+def runtime_cells(path):
+    """(the count of ops the GPU delegate would refuse or compute wrongly, the oldest TFLite that runs the file)."""
+    from vit_keras.convert.gpu_delegate import gpu_report
+    from vit_keras.convert.runtime_version import required_runtime
+
+    report, runtime = gpu_report(path), required_runtime(path)
+    flagged = sum(report["refused"].values()) + sum(report["wrong"].values())
+    return f"{flagged} of {report['ops']}", runtime["version"] or "unknown: " + ", ".join(runtime["unknown"])
+
+
 def file_scores(path, maker, images):
     from vit_keras.convert.runtime import tflite_scores
 
@@ -159,15 +169,16 @@ def main(argv=None):
     print(f"{described}; {len(images)} Fashion-MNIST test images; Keras float accuracy "
           f"{100 * np.mean(reference.argmax(-1) == labels):.2f}%\n")
     print("| file | size MB | " + " | ".join(f"Interpreter {n}T ms" for n in threads)
-          + " | top-1 agreement with Keras float | accuracy | max abs score diff |")
-    print("|" + "---|" * (5 + len(threads)))
+          + " | top-1 agreement with Keras float | accuracy | max abs score diff | ops the GPU delegate refuses "
+          "| oldest TFLite |")
+    print("|" + "---|" * (7 + len(threads)))
     for name, (path, maker) in files.items():
         scores = file_scores(path, maker, images)
         print(f"| {name} | {os.path.getsize(path) / 1e6:.3f} | "
               + " | ".join(f"{times[name, n]:.3f}" if (name, n) in times else "-" for n in threads)
               + f" | {100 * np.mean(scores.argmax(-1) == reference.argmax(-1)):.2f}% | "
-              f"{100 * np.mean(scores.argmax(-1) == labels):.2f}% | {np.abs(scores - reference).max():.4f} |",
-              flush=True)
+              f"{100 * np.mean(scores.argmax(-1) == labels):.2f}% | {np.abs(scores - reference).max():.4f} | "
+              + (" | ".join(runtime_cells(path)) if maker != "in keras" else "- | -") + " |", flush=True)
 
 
 if __name__ == "__main__":
