@@ -249,7 +249,9 @@ def test_model_code_imports_no_tensorflow():
             elif isinstance(node, ast.ImportFrom):
                 module = node.module or ""
                 assert module.split(".")[0] != "tensorflow", path.name
-                if module.startswith("vit_keras"):  # the project's own modules must be backend-neutral too
+                if module == "vit_keras":  # ``from vit_keras import framework``
+                    assert {a.name for a in node.names} <= {"framework"}, (path.name, module)
+                elif module.startswith("vit_keras"):  # the project's own modules must be backend-neutral too
                     assert module.startswith(allowed), (path.name, module)
 
 

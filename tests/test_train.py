@@ -264,7 +264,7 @@ def test_unknown_keywords_to_train_name_the_nearest_valid_one(tmp_path):
     (dict(val_fraction=1.0), "`val_fraction` must be in (0, 1); got 1.0."),
     (dict(precision="float8"), "Unknown `precision`='float8'; valid values are 'float32', 'mixed_float16'"),
     (dict(strategy="horovod"), "Unknown `strategy`='horovod'; valid values are 'auto'"),
-    (dict(recipe="slow"), "Unknown `recipe`='slow'; valid values are 'quick', 'long'."),
+    (dict(recipe="slow"), "Unknown `recipe`='slow'; valid values are 'quick', 'long', 'finetune'."),
     (dict(augment="rotate"), "Unknown `augment`='rotate'; valid values are 'none'"),
     (dict(model_name="vit_q99"), "Unknown `model_name`='vit_q99'; valid values are 'vit_ti16'"),
     (dict(image_size=0), "`image_size` must be a positive int or a pair"),
