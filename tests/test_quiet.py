@@ -44,8 +44,9 @@ def exported(models, tmp_path_factory):
 def test_export_prints_only_its_own_line(exported):
     code, output, out = exported
     assert code == 0, output
-    lines = output.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"wrote {out} (") and "int8" in lines[0], output
+    lines = output.splitlines()  # the calibration sample's report (a --limit), then the file's line
+    assert len(lines) == 2 and lines[0].startswith("limit 100 (seed 0, class-balanced): kept 100"), output
+    assert lines[1].startswith(f"wrote {out} (") and "int8" in lines[1], output
     assert runtime_lines(output) == []
 
 
