@@ -20,6 +20,7 @@ import vit_keras
 from vit_keras.apps import cli
 from vit_keras.training import runs
 from vit_keras.training import train
+from vit_keras.data.augmentation import Augmentation
 from vit_keras.data.datasets import FASHION_MNIST_CLASSES
 from vit_keras.data.pipeline import make_dataset
 
@@ -72,7 +73,7 @@ def fit_steps(fashion, precision, steps=12, seed=0):
         model = tiny_model()
         schedule = train.WarmupCosine(3e-3, total_steps=steps, warmup_steps=2)
         train.compile_model(model, schedule, precision, jit_compile=False)
-        data = make_dataset(images, labels, 10, batch_size=64, training=True, augment="none", seed=seed)
+        data = make_dataset(images, labels, 10, batch_size=64, training=True, augmentation=Augmentation("none"), seed=seed)
         probe = make_dataset(images[:256], labels[:256], 10, batch_size=256)
         before = model.evaluate(probe, verbose=0, return_dict=True)["loss"]
         model.fit(data.repeat(), steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
@@ -110,7 +111,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(fashion, tmp_p
     # A sane LR for epoch 1, then one large enough to overflow the logits in epoch 2.
     schedule = keras.optimizers.schedules.PiecewiseConstantDecay([steps], [1e-3, 1e30])
     train.compile_model(model, schedule, jit_compile=False, clipnorm=None)
-    data = make_dataset(images, labels, 10, batch_size=64, training=True, augment="none")
+    data = make_dataset(images, labels, 10, batch_size=64, training=True, augmentation=Augmentation("none"))
     callbacks = runs.make_callbacks(str(tmp_path), 64, tensorboard=False)
     with pytest.raises(train.NonFiniteLoss, match="last good checkpoint is kept") as error:
         model.fit(data, epochs=3, callbacks=callbacks, verbose=0, shuffle=False)
@@ -140,7 +141,7 @@ def test_nan_weights_from_an_epochs_last_step_are_not_checkpointed(fashion, tmp_
     model = tiny_model()
     steps = len(images) // 64
     train.compile_model(model, NanFrom(2 * steps - 1), jit_compile=False, clipnorm=None)
-    data = make_dataset(images, labels, 10, batch_size=64, training=True, augment="none")
+    data = make_dataset(images, labels, 10, batch_size=64, training=True, augmentation=Augmentation("none"))
     with pytest.raises(train.NonFiniteLoss, match="weights became NaN or Inf in the last steps of epoch 2"):
         model.fit(data, epochs=3, callbacks=runs.make_callbacks(str(tmp_path), 64, tensorboard=False), verbose=0)
     good = keras.saving.load_model(tmp_path / "checkpoint.keras", compile=False)
@@ -159,7 +160,7 @@ def fit_run(fashion, folder, epochs=3, crash_at=None):
     """A tiny model fitted with the run directory's callbacks in ``folder`` (a rerun resumes); ``crash_at``
     puts a stand-in for a kill at that place among the callbacks."""
     images, labels, _ = fashion
-    data = make_dataset(images[:128], labels[:128], 10, batch_size=64, training=True, augment="none")
+    data = make_dataset(images[:128], labels[:128], 10, batch_size=64, training=True, augmentation=Augmentation("none"))
     keras.utils.set_random_seed(0)
     model = tiny_model()
     train.compile_model(model, 1e-3, jit_compile=False)

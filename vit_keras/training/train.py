@@ -28,7 +28,7 @@ import time
 import keras
 import numpy as np
 
-from vit_keras.training import strategies
+from vit_keras.training import inputs, strategies
 from vit_keras.constants import PRECISIONS
 from vit_keras.models.layers import register
 from vit_keras.validation import check_choice, pair
@@ -191,7 +191,7 @@ def train_with_config(config, out_dir):
     with strategies.scope(dist):
         model, steps_per_epoch, micro = build_for_fit(config, train_data, dist)
     record = config.record(model.get_config(), train_data.class_names, steps_per_epoch, micro,
-                           strategies.replica_count(dist), len(train_data.images), len(val_data.images),
+                           strategies.replica_count(dist), len(train_data), len(val_data),
                            len(train_data.skipped) + len(val_data.skipped))
     chief, task = worker_role(dist)
     finished = runs.start_run(out_dir, record, chief)
@@ -211,27 +211,23 @@ def train_with_config(config, out_dir):
 
 
 def load_splits(config):
-    """The training and validation data, decoded at the model's size where it is known beforehand."""
-    from vit_keras.data.datasets import load_dataset
-
-    sources = dict(limit=config.limit, seed=config.seed, data_dir=config.data_dir, val_fraction=config.val_fraction,
-                   image_size=decode_size(config.data, config.model_name, config.image_size, config.weights,
-                                          config.recipe))
-    train_data, val_data = load_dataset(config.data, "train", **sources), load_dataset(config.data, "val", **sources)
-    for split, data in (("training", train_data), ("validation", val_data)):
-        print(f"{split}: {len(data.labels):,} images of {config.data}" + (f", {data.source}" if data.source else ""))
-    return train_data, val_data
+    """The training and validation data (in memory, or streamed: ``vit_keras.training.inputs.load_splits``),
+    decoded at the model's size where it is known beforehand."""
+    return inputs.load_splits(config, decode_size(config.data, config.model_name, config.image_size, config.weights,
+                                                  config.recipe))
 
 
 def choose_flips(config, train_data):
     """Left-right flips for ``config.augment``, unless the flip rule (``vit_keras.data.flip_check``) finds that they
     change this data's labels: then the recipe's flips are turned off, and flips asked for get a warning."""
-    augment = config.augmentation(len(train_data.labels))
-    if augment == "none" or len(train_data.labels) < 20:  # too few images to tell
+    augment = config.augmentation(len(train_data))
+    if augment == "none" or len(train_data) < 20:  # too few images to tell
         return augment != "none"
     from vit_keras.data import flip_check
 
-    keep, plain, flipped = flip_check.flips_keep_labels(train_data.images, train_data.labels, config.seed)
+    images, labels = ((train_data.images, train_data.labels) if not inputs.is_streamed(train_data) else
+                      train_data.sample(flip_check.STREAM_PROBE_IMAGES, config.seed))
+    keep, plain, flipped = flip_check.flips_keep_labels(images, labels, config.seed)
     if keep:
         return True
     if "augment" in config.from_recipe:
@@ -245,14 +241,16 @@ def choose_flips(config, train_data):
 
 def build_for_fit(config, train_data, dist):
     """(model, steps per epoch, micro-batches its steps use): the model built and compiled in ``dist``'s scope."""
-    num_classes = train_data.num_classes
-    model = build_model(num_classes, train_data.images.shape[-1], train_data.images.shape[1:3], config.model_name,
-                        config.image_size, config.recipe, config.drop_path, config.weights, config.seed,
-                        config.model_overrides)
-    if len(train_data.images) < config.batch_size:
-        raise ValueError(f"`batch_size`={config.batch_size} is larger than the {len(train_data.images)} "
+    num_classes, (height, width, channels) = train_data.num_classes, train_data.image_shape
+    image_size = config.image_size or (inputs.fixed_size(train_data) if config.model_name is None else None)
+    model = build_model(num_classes, channels, (height, width), config.model_name, image_size, config.recipe,
+                        config.drop_path, config.weights, config.seed, config.model_overrides)
+    inputs.check_model_size(train_data, model)
+    if len(train_data) < config.batch_size:
+        raise ValueError(f"`batch_size`={config.batch_size} is larger than the {len(train_data)} "
                          "training images; use a smaller batch size.")
-    steps_per_epoch = config.steps_per_epoch(len(train_data.images))
+    steps_per_epoch = (inputs.stream_steps(config, train_data, dist) if inputs.is_streamed(train_data) else
+                       config.steps_per_epoch(len(train_data)))
     total = steps_per_epoch * config.epochs
     schedule = WarmupCosine(config.learning_rate, total, min(int(steps_per_epoch * config.warmup_epochs), total))
     single_device, backend = not strategies.is_distributed(dist), keras.backend.backend()
@@ -275,7 +273,7 @@ def make_teacher(config, vit, out_dir, train_data, val_data, chief=True):
     """The CNN teacher of a distilling run (``TrainConfig.distills``), trained on the un-augmented training images
     at the ViT's input (or the run folder's, when resuming; the chief saves it); None when the run does not
     distill. Every worker trains the same teacher: the same data, seed and steps."""
-    if not config.distills(len(train_data.images)):
+    if not config.distills(len(train_data)):
         return None
     from vit_keras.training import distill
 
@@ -283,7 +281,9 @@ def make_teacher(config, vit, out_dir, train_data, val_data, chief=True):
         # Under a distribution strategy the teacher trains on this process's default device: its labels are made
         # by the input pipeline, outside the replicated step.
         plain = dataclasses.replace(config, augment="none", mixup=0.0, cutmix=0.0, erase=0.0)
-        batches, val_batches = input_pipelines(vit, plain, train_data, val_data, steps_per_epoch=config.teacher_steps)
+        batches, val_batches = inputs.input_pipelines(vit, plain, train_data, val_data,
+                                                      plain.build_augmentation("none", 0.0, flip=False),
+                                                      steps_per_epoch=config.teacher_steps)
         return distill.train_teacher(batches, (*vit["image_size"], vit["channels"]), train_data.num_classes,
                                      config.teacher_steps, config.seed, val_batches)
 
@@ -296,51 +296,27 @@ def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=N
     ``teacher``'s labels where there is one (``vit_keras.training.distill``); returns its seconds."""
     from vit_keras.training import runs
 
-    count = len(train_data.images)
-    repeated = config.repeats_data(count)
+    count, streamed = len(train_data), inputs.is_streamed(train_data)
+    repeated = config.repeats_data(count) and not streamed
+    augmentation = config.augmentation_of(count, choose_flips(config, train_data))
     if repeated:
         print(f"step floor: {config.epochs} epochs of {steps} steps ({config.epochs * steps:,} steps, "
               f"min_steps {config.min_steps:,}), {steps * config.batch_size / count:.1f} passes over the training "
-              f"images an epoch; augment {config.augmentation(count)!r}, erase {config.erasing(count)}")
-    train_ds, val_ds = input_pipelines(model.get_config(), config, train_data, val_data, dist,
-                                       steps if repeated else None, teacher)
+              f"images an epoch; augment {augmentation.augment!r}, erase {augmentation.erase}")
+    train_ds, val_ds = inputs.input_pipelines(model.get_config(), config, train_data, val_data, augmentation, dist,
+                                              steps if repeated or streamed else None, teacher,
+                                              runs.resume_epoch(out_dir, worker) if streamed else 0)
     callbacks = runs.make_callbacks(out_dir, config.batch_size, worker, config.backup_every,
                                     config.tensorboard and worker is None)
     start = time.perf_counter()
     with strategies.fit_scope(dist):
         model.fit(train_ds, validation_data=val_ds, epochs=config.epochs, callbacks=callbacks,
-                  steps_per_epoch=steps if repeated else None, verbose=config.verbose,
+                  steps_per_epoch=steps if repeated or streamed else None, verbose=config.verbose,
                   shuffle=False)  # the pipeline shuffles, seeded
+    skipped = train_data.skipped + val_data.skipped
+    if streamed and skipped:
+        print(f"skipped {len(skipped):,} unreadable image(s) while streaming, e.g. {skipped[0][0]}")
     return time.perf_counter() - start
-
-
-def input_pipelines(vit, config, train_data, val_data, dist=None, steps_per_epoch=None, teacher=None):
-    """(training, validation) batches at the model's input: tf.data under TensorFlow, else NumPy batches (each
-    process its rows of every global batch). DataParallel needs every batch split evenly over its devices, so
-    the validation set ends at a multiple of the device count (fewer than that many images are left out).
-    ``steps_per_epoch``: epochs longer than a pass (the step floor): the training data repeats. ``teacher``: its
-    labels are mixed into the training targets (``vit_keras.training.distill``)."""
-    options = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
-                   seed=config.seed, batch_size=config.batch_size)
-    augment = dict(augment=config.augmentation(len(train_data.images)), crop_scale=config.crop_scale,
-                   mixup=config.mixup, cutmix=config.cutmix, erase=config.erasing(len(train_data.images)),
-                   flip=choose_flips(config, train_data), teacher=teacher)
-    if keras.backend.backend() == "tensorflow":
-        from vit_keras.data.pipeline import make_dataset
-
-        return (make_dataset(train_data.images, train_data.labels, training=True,
-                             repeat=steps_per_epoch is not None, **augment, **options),
-                make_dataset(val_data.images, val_data.labels, **options))
-    from vit_keras.data.array_pipeline import make_batches
-
-    shard = strategies.process_shard(dist)
-    val_images, val_labels = val_data.images, val_data.labels
-    if strategies.is_distributed(dist):
-        count = len(val_images) - len(val_images) % config.batch_size % strategies.replica_count(dist)
-        val_images, val_labels = val_images[:count], val_labels[:count]
-    return (make_batches(train_data.images, train_data.labels, training=True, shard=shard,
-                         batches_per_epoch=steps_per_epoch, **augment, **options),
-            make_batches(val_images, val_labels, shard=shard, **options))
 
 
 def _prebuild(model, batch_size, num_classes):
