@@ -25,3 +25,13 @@ def add_runtime_arguments(parser):
     parser.add_argument("--runtime", choices=RUNTIMES, default="interpreter",
                         help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
                              "CompiledModel")
+
+
+def add_input_arguments(parser):
+    """--stream and --in-memory: how the data is read (``TrainConfig.input_mode``; default: by its size)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--stream", dest="input_mode", action="store_const", const="stream", default="auto",
+                       help="stream the images from disk as training reads them (folder: and shards: data); default: "
+                            "only data whose decoded images do not fit a quarter of the memory")
+    group.add_argument("--in-memory", dest="input_mode", action="store_const", const="memory",
+                       help="decode every image into memory first, however large the data")

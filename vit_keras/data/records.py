@@ -151,10 +151,9 @@ def fields(data):
 def parse_example(data):
     """(image bytes, label) of a serialized tf.train.Example written by ``encode_example`` or TensorFlow."""
     features = {}
-    for _, _, entries in fields(next(value for number, _, value in fields(data) if number == 1)):
-        for number, _, entry in fields(entries):
-            parts = {n: v for n, _, v in fields(entry)}
-            features[bytes(parts.get(1, b""))] = parts.get(2, b"")
+    for _, _, entry in fields(next(value for number, _, value in fields(data) if number == 1)):  # map entries
+        parts = {n: v for n, _, v in fields(entry)}
+        features[bytes(parts.get(1, b""))] = parts.get(2, b"")
     image = next(value for number, _, value in fields(features[b"image"]) if number == 1)
     values = next(value for number, _, value in fields(features[b"label"]) if number == 3)
     label = [v for number, wire, v in fields(values) if number == 1]

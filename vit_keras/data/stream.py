@@ -27,7 +27,7 @@ from vit_keras.data.sources import steps_per_pass
 
 DECODE_CALLS = max(2, 2 * PARALLEL_BATCHES)  # images decoded at once: Pillow's waits on the disk overlap
 INTERLEAVED_FILES = 4  # shard files read at once
-SHUFFLE_BYTES = 64 * 2**20  # the records a shard stream's shuffle buffer holds (encoded)
+SHUFFLE_BYTES = 64 * 2**20  # the encoded records a shard stream shuffles together
 MAX_PASSES = 2**40
 
 
@@ -53,24 +53,38 @@ def folder_images(source, batching, epoch):
         image, ok = tf.numpy_function(read, [index], (tf.uint8, tf.bool), stateful=False)
         return tf.ensure_shape(image, shape), tf.gather(labels, index), ok
 
+    def readable(image, label, ok):
+        return ok
+
+    def example(image, label, ok):
+        return image, label
+
     images = indices.map(decode, num_parallel_calls=DECODE_CALLS, deterministic=True)
-    return images.filter(lambda image, label, ok: ok).map(lambda image, label, ok: (image, label))
+    return images.filter(readable).map(example)
 
 
-def shard_images(source, batching, epoch):
+def shuffle_buffer(source):
+    """The records a shard stream's shuffle buffer holds: ``SHUFFLE_BYTES`` of them, encoded."""
+    return int(np.clip(SHUFFLE_BYTES / max(source.record_bytes(), 1), 256, 16384))
+
+
+def shard_images(source, batching, epoch, buffer=256):
     """(uint8 image, label) of a ``ShardSource``'s records: in training its files in pass ``epoch``'s order,
-    interleaved, through a seeded shuffle buffer."""
+    interleaved, each block of ``buffer`` records shuffled by a seed of (seed, epoch, block); in evaluation in
+    order."""
     files, counts = tf.constant(source.files), tf.constant(source.counts, tf.int64)
     order = tf.data.Dataset.range(len(source.files))
     if batching.training:
         order = order.map(lambda i: tf.random.experimental.index_shuffle(i, pass_seed(batching.seed, epoch),
                                                                          len(source.files) - 1))
+    interleaved = min(len(source.files), INTERLEAVED_FILES) if batching.training else 1
     records = order.interleave(lambda i: tf.data.TFRecordDataset(files[i]).skip(1).take(counts[i]),
-                               cycle_length=min(len(source.files), INTERLEAVED_FILES), block_length=1,
-                               num_parallel_calls=min(len(source.files), INTERLEAVED_FILES), deterministic=True)
-    if batching.training:
-        buffer = int(np.clip(SHUFFLE_BYTES / max(source.record_bytes(), 1), 256, 16384))
-        records = records.shuffle(buffer, seed=tf.cast(epoch, tf.int64) * 1_000_003 + batching.seed + 1)
+                               cycle_length=interleaved, block_length=1, num_parallel_calls=interleaved,
+                               deterministic=True)
+    if batching.training:  # blocks of `buffer` records, each in a stateless order of its own
+        records = records.batch(buffer).enumerate().map(
+            lambda block, chunk: tf.random.experimental.stateless_shuffle(
+                chunk, tf.stack([tf.cast(epoch, tf.int64) * 1_000_003 + batching.seed, block]))).unbatch()
     features = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
     shape, png = tuple(source.image_shape), source.encoding == "png"
 
@@ -90,12 +104,15 @@ def stream_dataset(source, batching, augmentation, teacher=None, shard=(0, 1), s
     (``shard``), at ``batching.batch_size`` a batch (the worker's share of the global batch). Training: the
     passes from ``epoch`` on, each ``steps`` batches (default: ``steps_per_pass``)."""
     local = source.part(*shard)
-    images_of = shard_images if isinstance(local, ShardSource) else folder_images
+    if isinstance(local, ShardSource):
+        buffer = shuffle_buffer(local)
+        images_of = lambda pass_epoch: shard_images(local, batching, pass_epoch, buffer)  # noqa: E731
+    else:
+        images_of = lambda pass_epoch: folder_images(local, batching, pass_epoch)  # noqa: E731
     steps = steps or steps_per_pass(local, batching.batch_size)
 
     def one_pass(pass_epoch):
-        batches = images_of(local, batching, pass_epoch).batch(batching.batch_size,
-                                                                drop_remainder=batching.drop_remainder)
+        batches = images_of(pass_epoch).batch(batching.batch_size, drop_remainder=batching.drop_remainder)
         seeds = tf.data.Dataset.range(MAX_PASSES).map(
             lambda i: tf.stack([tf.cast(pass_epoch, tf.int64) * 1_000_003 + batching.seed, i]))
         return tf.data.Dataset.zip((batches.take(steps) if batching.training else batches, seeds))
