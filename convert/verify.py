@@ -250,8 +250,8 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
 def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2), data_dir=None):
     """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data`` (tfds' folder:
     ``data_dir``)."""
-    from vit_keras.data.datasets import load_dataset
     from vit_keras.data.pipeline import fit_images
+    from vit_keras.data.sources import load_in_memory
     from vit_keras.training.runs import data_split
 
     from .export import load_vit
@@ -261,8 +261,8 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
         if not os.path.isfile(path):
             raise FileNotFoundError(f"`tflite` file {path!r} does not exist.")
     model = load_vit(keras_path)
-    dataset = load_dataset(data, split=split, limit=limit, image_size=model.vit_config["image_size"], data_dir=data_dir,
-                           **data_split(keras_path, data))  # the training folder's held-out part, else all of it
+    dataset = load_in_memory(data, split, "verify", limit=limit, image_size=model.vit_config["image_size"],
+                             data_dir=data_dir, **data_split(keras_path, data))  # a training folder's held-out part
     images = fit_images(dataset.images, model.vit_config["image_size"], model.vit_config["channels"])
     labels = dataset.labels
     reference = keras_scores(model, images)

@@ -28,10 +28,11 @@ def add_runtime_arguments(parser):
 
 
 def add_input_arguments(parser):
-    """--stream and --in-memory: how the data is read (``TrainConfig.input_mode``; default: by its size)."""
+    """--stream and --in-memory: how the data is read (``vit_keras.data.sources.load_splits``' input_mode; default:
+    by its decoded size)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--stream", dest="input_mode", action="store_const", const="stream", default="auto",
-                       help="stream the images from disk as training reads them (folder: and shards: data); default: "
-                            "only data whose decoded images do not fit a quarter of the memory")
+                       help="stream the images from disk as they are read (folder: and shards: data); default: only "
+                            "data whose decoded images do not fit a quarter of the memory")
     group.add_argument("--in-memory", dest="input_mode", action="store_const", const="memory",
                        help="decode every image into memory first, however large the data")

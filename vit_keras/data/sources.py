@@ -227,3 +227,15 @@ def load_splits(spec, splits, input_mode="auto", **options):
     listed = [list_split(spec, split, **options) for split in splits]
     mode, why = choose_input(input_mode, listed)
     return ([source.decode_all() for source in listed] if mode == "memory" else listed), mode, why
+
+
+def load_in_memory(spec, split="train", what="this command", **options):
+    """``spec``'s split decoded into memory (a ``datasets.ArrayDataset``), or a clear error where its decoded
+    images exceed the memory budget (``what`` reads them all at once: a smaller ``limit`` helps)."""
+    if options.get("limit") is not None or not str(spec).startswith(STREAMED_SPECS):  # the first N: decoded alone
+        return datasets.load_dataset(spec, split, **options)
+    listed = list_split(spec, split, **options)
+    if choose_input("auto", [listed])[0] == "stream":
+        raise ValueError(f"{what} reads its images into memory, and the {split!r} split of {spec} is too large: "
+                         f"{choose_input('auto', [listed])[1].split(';')[0]}. Pass a `limit` (--limit N).")
+    return listed.decode_all()

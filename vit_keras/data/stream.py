@@ -103,6 +103,7 @@ def stream_dataset(source, batching, augmentation, teacher=None, shard=(0, 1), s
     """Batches of a stream source (``vit_keras.data.sources``) for a resolved ``Batching``: this worker's part
     (``shard``), at ``batching.batch_size`` a batch (the worker's share of the global batch). Training: the
     passes from ``epoch`` on, each ``steps`` batches (default: ``steps_per_pass``)."""
+    augmentation = augmentation.in_training(batching.training)
     local = source.part(*shard)
     if isinstance(local, ShardSource):
         buffer = shuffle_buffer(local)

@@ -55,6 +55,7 @@ class StreamBatches(ArrayBatches):
 
     def __init__(self, source, batching, augmentation, steps=None, teacher=None, epoch=0, shard=(0, 1),
                  workers=WORKERS):
-        super().__init__(StreamRows(source), batching, augmentation, shard, workers, None, teacher, epoch)
+        super().__init__(StreamRows(source), batching, augmentation.in_training(batching.training), shard, workers,
+                         None, teacher if batching.training else None, epoch)
         if batching.training and steps:
             self.batches_per_epoch = int(steps)
