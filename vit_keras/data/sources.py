@@ -193,8 +193,12 @@ def memory_budget():
     return int(memory_bytes() * MEMORY_BUDGET_FRACTION)
 
 
-def gigabytes(count):
-    return f"{count / 1e9:.1f} GB" if count >= 1e8 else f"{count / 1e6:.1f} MB"
+def describe_bytes(count):
+    """A byte count for people: GB, MB or KB."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6)):
+        if count >= size / 10:
+            return f"{count / size:.1f} {unit}"
+    return f"{count / 1e3:.1f} KB"
 
 
 def choose_input(mode, sources, budget=None):
@@ -203,12 +207,12 @@ def choose_input(mode, sources, budget=None):
     check_choice(mode, "input_mode", INPUT_MODES)
     total = sum(source.decoded_bytes() for source in sources)
     h, w, c = sources[0].image_shape
-    size = (f"{sum(len(s) for s in sources):,} images decode to {gigabytes(total)} at {h}x{w}x{c}")
+    size = (f"{sum(len(s) for s in sources):,} images decode to {describe_bytes(total)} at {h}x{w}x{c}")
     if mode != "auto":
         forced = "--in-memory (input_mode='memory')" if mode == "memory" else "--stream (input_mode='stream')"
         return mode, f"{size}; {forced} asked for it"
     budget = memory_budget() if budget is None else budget
-    limit = f"the memory budget of {gigabytes(budget)} ({MEMORY_BUDGET_FRACTION:.0%} of {gigabytes(memory_bytes())})"
+    limit = f"the memory budget of {describe_bytes(budget)} ({MEMORY_BUDGET_FRACTION:.0%} of {describe_bytes(memory_bytes())})"
     if total <= budget:
         return "memory", f"{size}, within {limit}; --stream streams them instead"
     return "stream", f"{size}, more than {limit}; --in-memory decodes them all instead"

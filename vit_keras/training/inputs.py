@@ -37,16 +37,14 @@ def load_splits(config, image_size=None):
     return train_data, val_data
 
 
-def fixed_size(data):
+def fixed_size(spec, data):
     """The input size shards were written at (a model trains on them at that size), else None."""
-    from vit_keras.data.shards import ShardSource
-
-    return tuple(data.image_shape[:2]) if isinstance(data, ShardSource) else None
+    return tuple(data.image_shape[:2]) if str(spec).startswith("shards:") else None
 
 
-def check_model_size(data, model):
+def check_model_size(spec, data, model):
     """Shards hold images at one size: a model that takes another (a saved one, say) is a clear error."""
-    size = fixed_size(data)
+    size = fixed_size(spec, data)
     if size is not None and tuple(model.input_shape[1:3]) != size:
         raise ValueError(f"The shards hold {size[0]}x{size[1]} images, but the model takes "
                          f"{model.input_shape[1]}x{model.input_shape[2]}: write shards at its size with "

@@ -24,6 +24,7 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -242,10 +243,10 @@ def choose_flips(config, train_data):
 def build_for_fit(config, train_data, dist):
     """(model, steps per epoch, micro-batches its steps use): the model built and compiled in ``dist``'s scope."""
     num_classes, (height, width, channels) = train_data.num_classes, train_data.image_shape
-    image_size = config.image_size or (inputs.fixed_size(train_data) if config.model_name is None else None)
+    image_size = config.image_size or (inputs.fixed_size(config.data, train_data) if config.model_name is None else None)
     model = build_model(num_classes, channels, (height, width), config.model_name, image_size, config.recipe,
                         config.drop_path, config.weights, config.seed, config.model_overrides)
-    inputs.check_model_size(train_data, model)
+    inputs.check_model_size(config.data, train_data, model)
     if len(train_data) < config.batch_size:
         raise ValueError(f"`batch_size`={config.batch_size} is larger than the {len(train_data)} "
                          "training images; use a smaller batch size.")
@@ -309,7 +310,10 @@ def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=N
     callbacks = runs.make_callbacks(out_dir, config.batch_size, worker, config.backup_every,
                                     config.tensorboard and worker is None)
     start = time.perf_counter()
-    with strategies.fit_scope(dist):
+    with strategies.fit_scope(dist), warnings.catch_warnings():
+        # A streamed validation split's size is known once read (unreadable files are skipped): Keras warns at its
+        # end. The training stream has no end.
+        warnings.filterwarnings("ignore", "Your input ran out of data")
         model.fit(train_ds, validation_data=val_ds, epochs=config.epochs, callbacks=callbacks,
                   steps_per_epoch=steps if repeated or streamed else None, verbose=config.verbose,
                   shuffle=False)  # the pipeline shuffles, seeded
