@@ -164,7 +164,7 @@ def main():
         print(json.dumps(model_rate(args) if args.measure == "model" else measure(args.measure, args)))
         return
     generate(args.folder, args.images)
-    if not os.path.exists(os.path.join(args.shards, "shards.json")):
+    if "shards" in args.modes.split(",") and not os.path.exists(os.path.join(args.shards, "shards.json")):
         from vit_keras.data.prepare import prepare
 
         start = time.perf_counter()
