@@ -7,6 +7,7 @@ with ``spec`` one of
                     (/usr/share/datasets/fashion-mnist), else tfds ``fashion_mnist``;
   "tfds:NAME"       a tfds dataset (``data_dir`` as for ``tfds.load``); one with only a train split gives a
                     seeded held-out part of it as "val"/"test";
+  "shards:PATH"     shards written by `vit-keras prepare` (``vit_keras.data.shards``), decoded whole;
   "folder:PATH"     one sub-folder per class; a seeded split gives "train" and "val"/"test" (or, with
                     ``whole_folder``, all of it). A PATH whose sub-folders are train/, val/ or validation/ and
                     test/ (class sub-folders in each) gives those splits as they are. Each image is
@@ -14,7 +15,8 @@ with ``spec`` one of
                     MAX_SIDE), so a folder of phone photos costs memory at the model's size, not the camera's.
 
 Images are decoded here, once (Pillow for folders), so the tf.data pipeline in
-``vit_keras.data.pipeline`` only reads arrays and keeps up with training on a small CPU.
+``vit_keras.data.pipeline`` only reads arrays and keeps up with training on a small CPU. Data too large for memory
+streams instead (``vit_keras.data.sources``), decoded by the same ``decode_image``.
 """
 
 import collections
