@@ -227,7 +227,7 @@ def test_train_and_evaluate_stream_a_folder_of_split_folders_and_shards(folder, 
     reports = []
     for flags in ([], ["--stream"]):
         assert cli.main(["evaluate", model, "--data", f"shards:{shard_set}", *flags]) == 0
-        reports.append(capsys.readouterr().out.split("\n", 1)[1])
+        reports.append(capsys.readouterr().out.split("\n", 2)[2])  # after the summary and the input lines
     assert reports[0] == reports[1] and "(4 images)" in reports[0]  # the same numbers streamed or in memory
     assert cli.main([*args, "--data", f"shards:{shard_set}", "--image-size", "16", "--out", str(tmp_path / "x")]) == 2
     assert "they hold 10x12 images, but the model takes 16x16" in capsys.readouterr().err

@@ -46,7 +46,6 @@ def run(args):
     (data,), mode, why = load_splits(args.data, [args.split], args.input_mode, limit=args.limit, seed=seed,
                                      data_dir=args.data_dir, val_fraction=val_fraction,
                                      image_size=model.input_shape[1:3], whole_folder=whole)
-    print(f"input: {'streamed from disk' if mode == 'stream' else 'in memory'}: {why}")
     labels_path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "labels.txt")
     if os.path.exists(labels_path):
         with open(labels_path) as f:
@@ -59,6 +58,7 @@ def run(args):
         result = evaluate_arrays(model, data.images, data.labels, data.class_names, batch_size=args.batch_size)
     print(f"{args.model} on {args.data} ({args.split}): {result['examples']:,} images"
           + (f", {data.source}" if data.source else ""))
+    print(f"input: {'streamed from disk' if mode == 'stream' else 'in memory'}: {why}")
     if data.skipped:
         print(f"skipped {len(data.skipped)} unreadable image(s)")
     print(format_report(result))
