@@ -292,3 +292,23 @@ def test_two_workers_each_stream_their_own_files_and_see_every_image_once(folder
         first, second = (result["seen"][spec] for result in results)
         assert len(first) == len(second) == 32 and not set(first) & set(second)  # no image read twice
         assert sorted(first + second) == list(range(64))  # none skipped: one worker's epoch
+
+
+JAX_RUN = """
+import json, sys
+from vit_keras.training import train
+config = train.train(sys.argv[1], sys.argv[2], input_mode="stream", epochs=1, batch_size=16, distill="none",
+                     jit_compile=False, verbose=0, tensorboard=False,
+                     model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+print(json.dumps(dict(steps=config["steps_per_epoch"], completed=config["completed"],
+                      pipelines=sorted(m for m in sys.modules if m.startswith("vit_keras.data.stream")))))
+"""
+
+
+def test_jax_streams_shards_through_the_light_record_reader(shard_set, tmp_path):
+    result = subprocess.run([sys.executable, "-c", JAX_RUN, f"shards:{shard_set}", str(tmp_path / "run")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600, env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "input: streamed from disk: 68 images" in result.stdout
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])  # not tf.data's stream: a PyDataset's
+    assert outcome == dict(steps=4, completed=True, pipelines=["vit_keras.data.stream_batches"])

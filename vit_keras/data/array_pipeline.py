@@ -199,9 +199,27 @@ def random_resized_crop(x, size, scale, rng, ratio=(3 / 4, 4 / 3)):
     aspect = np.exp(rng.uniform(np.log(ratio[0]), np.log(ratio[1]), n))
     h, w = np.minimum(np.sqrt(area / aspect), 1.0), np.minimum(np.sqrt(area * aspect), 1.0)
     top, left = rng.uniform(size=n) * (1.0 - h), rng.uniform(size=n) * (1.0 - w)
-    rows = interpolation_weights(top, h, height, size[0])
-    cols = interpolation_weights(left, w, width, size[1])
-    return separable(x, rows, cols)
+    rows = sample_points(top, h, height, size[0])
+    cols = sample_points(left, w, width, size[1])
+    x = lerp_rows(x, *rows).transpose(0, 2, 1, 3)  # (n, W, out_h, C): the columns as rows
+    return lerp_rows(np.ascontiguousarray(x), *cols).transpose(0, 2, 1, 3)
+
+
+def sample_points(start, extent, pixels, out):
+    """(index below, index above, weight of the one above), each (n, out): the two source pixels and their
+    weights of each bilinear sample that ``interpolation_weights`` describes as a dense matrix."""
+    centres = (start[:, None] + (np.arange(out) + 0.5) * (extent[:, None] / out)) * pixels - 0.5
+    low = np.floor(centres)
+    return (np.clip(low, 0, pixels - 1).astype(np.intp), np.clip(low + 1, 0, pixels - 1).astype(np.intp),
+            (centres - low).astype("float32"))
+
+
+def lerp_rows(x, below, above, weight):
+    """``x`` (n, H, ...) sampled along its rows between rows ``below`` and ``above`` (n, out): whole rows are
+    gathered (a dense matrix of the two weights a row would cost H times more)."""
+    images = np.arange(len(x))[:, None]
+    weight = weight.reshape(*weight.shape, *([1] * (x.ndim - 2)))
+    return (1.0 - weight) * x[images, below] + weight * x[images, above]
 
 
 def interpolation_weights(start, extent, pixels, out):
