@@ -120,6 +120,12 @@ def test_a_folder_stream_gives_the_in_memory_pixels_and_every_image_once_a_pass(
     assert [n for _ in range(4) for n in numbers(next(again)[0])] == passes[1]
     numpy_training = StreamBatches(source, training, NO_AUGMENTATION, steps=4)
     assert sorted(n for i in range(4) for n in numbers(numpy_training[i][0])) == list(range(64))
+    # Two JAX processes: each its own part (every other file), 8 of each 16-image step, the same steps.
+    steps = sources.steps_per_pass(source, 16, workers=2)
+    local = Batching(2, (10, 12), 1, 8, training=True, seed=3)
+    parts = [StreamBatches(source.part(index, 2), local, NO_AUGMENTATION, steps) for index in range(2)]
+    seen = [[n for i in range(steps) for n in numbers(part[i][0])] for part in parts]
+    assert steps == 4 and not set(seen[0]) & set(seen[1]) and sorted(seen[0] + seen[1]) == list(range(64))
 
 
 def test_a_corrupt_file_mid_stream_is_skipped_and_counted_and_the_epoch_goes_on(tmp_path):
