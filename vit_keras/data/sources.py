@@ -212,7 +212,8 @@ def choose_input(mode, sources, budget=None):
         forced = "--in-memory (input_mode='memory')" if mode == "memory" else "--stream (input_mode='stream')"
         return mode, f"{size}; {forced} asked for it"
     budget = memory_budget() if budget is None else budget
-    limit = f"the memory budget of {describe_bytes(budget)} ({MEMORY_BUDGET_FRACTION:.0%} of {describe_bytes(memory_bytes())})"
+    limit = (f"the memory budget of {describe_bytes(budget)} ({MEMORY_BUDGET_FRACTION:.0%} of "
+             f"{describe_bytes(memory_bytes())})")
     if total <= budget:
         return "memory", f"{size}, within {limit}; --stream streams them instead"
     return "stream", f"{size}, more than {limit}; --in-memory decodes them all instead"
@@ -227,10 +228,15 @@ def load_splits(spec, splits, input_mode="auto", **options):
         if input_mode == "stream":
             raise ValueError(f"`input_mode`='stream' streams 'folder:PATH' and 'shards:PATH' data; {spec!r} loads "
                              "into memory: use 'auto' or 'memory', or write it as shards with `vit-keras prepare`.")
-        return [datasets.load_dataset(spec, split, **options) for split in splits], "memory", f"{spec} loads into memory"
+        loaded = [datasets.load_dataset(spec, split, **options) for split in splits]
+        return loaded, "memory", f"{spec} loads into memory"
     listed = [list_split(spec, split, **options) for split in splits]
     mode, why = choose_input(input_mode, listed)
-    return ([source.decode_all() for source in listed] if mode == "memory" else listed), mode, why
+    if mode == "stream":
+        return listed, mode, why
+    if options.get("limit") is not None:  # the first `limit` readable images, past unreadable ones
+        return [datasets.load_dataset(spec, split, **options) for split in splits], mode, why
+    return [source.decode_all() for source in listed], mode, why
 
 
 def load_in_memory(spec, split="train", what="this command", **options):

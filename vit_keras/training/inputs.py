@@ -90,8 +90,8 @@ def input_pipelines(vit, config, train_data, val_data, augmentation, dist=None, 
     if keras.backend.backend() == "tensorflow":
         from vit_keras.data.pipeline import make_dataset
 
-        return (make_dataset(train_data.images, train_data.labels, **dataclasses.asdict(train), augmentation=augmentation,
-                             repeat=repeat, teacher=teacher),
+        return (make_dataset(train_data.images, train_data.labels, **dataclasses.asdict(train),
+                             augmentation=augmentation, repeat=repeat, teacher=teacher),
                 make_dataset(val_data.images, val_data.labels, **dataclasses.asdict(val)))
     from vit_keras.data.array_pipeline import make_batches
 

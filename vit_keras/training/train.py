@@ -243,7 +243,8 @@ def choose_flips(config, train_data):
 def build_for_fit(config, train_data, dist):
     """(model, steps per epoch, micro-batches its steps use): the model built and compiled in ``dist``'s scope."""
     num_classes, (height, width, channels) = train_data.num_classes, train_data.image_shape
-    image_size = config.image_size or (inputs.fixed_size(config.data, train_data) if config.model_name is None else None)
+    fixed = inputs.fixed_size(config.data, train_data) if config.model_name is None else None
+    image_size = config.image_size or fixed  # the recipe's ViT trains on shards at their size
     model = build_model(num_classes, channels, (height, width), config.model_name, image_size, config.recipe,
                         config.drop_path, config.weights, config.seed, config.model_overrides)
     inputs.check_model_size(config.data, train_data, model)
