@@ -77,7 +77,7 @@ def batches_of(mode, args):
         from vit_keras.data.array_pipeline import make_batches
 
         batches = make_batches(data.images, data.labels, **vars_of(batching), augmentation=augmentation)
-        return (batches[i] for i in range(len(batches))), steps, decoded
+        return iter_pydataset(batches), steps, decoded
     if keras.backend.backend() == "tensorflow" and args.pipeline == "tf.data":
         from vit_keras.data.stream import stream_dataset
 
@@ -94,10 +94,11 @@ def vars_of(batching):
 
 
 def iter_pydataset(batches):
-    """A PyDataset's batches as ``fit`` reads them: its worker threads make them ahead."""
-    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+    """A PyDataset's batches as ``fit`` reads them: its ``workers`` threads make them ahead, in order."""
+    import concurrent.futures
 
-    return PyDatasetAdapter(batches, shuffle=False).get_numpy_iterator()
+    pool = concurrent.futures.ThreadPoolExecutor(batches.workers)
+    return pool.map(batches.__getitem__, range(len(batches)))
 
 
 def measure(mode, args):
