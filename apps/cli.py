@@ -11,6 +11,7 @@ from .quiet import runtime_logs_hidden
 # subcommand -> module under apps.commands
 COMMANDS = {
     "train": "train",
+    "prepare": "prepare",
     "evaluate": "evaluate",
     "export": "export",
     "export-web": "export_web",

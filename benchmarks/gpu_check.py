@@ -94,7 +94,8 @@ def compiled_step(args, precision, steps=None):
     steps = steps or args.steps
     train.set_precision(precision)
     try:
-        model = train.build_model_to_train(1000, 3, (args.image_size, args.image_size), args.model, args.image_size)
+        model = train.build_model_to_train(1000, 3, (args.image_size, args.image_size), model_name=args.model,
+                                           image_size=args.image_size)
         schedule = train.WarmupCosine(1e-4, 10 ** 6)
         train.compile_model(model, schedule, precision, jit_compile=True)
         rng = np.random.default_rng(0)

@@ -43,7 +43,7 @@ def vit_ti(steps, micro_batches, batch=32, warmup=3):
 
     from vit_keras.training import train
 
-    model = train.build_model_to_train(1000, 3, (224, 224), "vit_ti16", 224)
+    model = train.build_model_to_train(1000, 3, (224, 224), model_name="vit_ti16", image_size=224)
     micro = micro_batches if keras.backend.backend() == "tensorflow" else 1
     train.compile_model(model, train.WarmupCosine(1e-3, 10_000, 10), jit_compile=micro == 1 and
                         keras.backend.backend() != "torch")

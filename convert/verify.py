@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from vit_keras.constants import RUNTIMES
-from vit_keras.data.datasets import load_dataset
+from vit_keras.data.sources import load_in_memory
 from vit_keras.training.runs import data_split
 
 from . import metadata as tflite_metadata
@@ -146,14 +146,13 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
     ``data_dir``)."""
     from vit_keras.data.pipeline import fit_images
 
-
     for path in tflite_paths:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"`tflite` file {path!r} does not exist.")
         check_image_classifier(path)
     model = load_vit(keras_path)
-    dataset = load_dataset(data, split=split, limit=limit, image_size=model.vit_config["image_size"], data_dir=data_dir,
-                           **data_split(keras_path, data))  # the training folder's held-out part, else all of it
+    dataset = load_in_memory(data, split, "verify", limit=limit, image_size=model.vit_config["image_size"],
+                             data_dir=data_dir, **data_split(keras_path, data))  # a training folder's held-out part
     images = fit_images(dataset.images, model.vit_config["image_size"], model.vit_config["channels"])
     labels = dataset.labels
     reference = keras_scores(model, images)

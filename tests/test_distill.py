@@ -11,6 +11,7 @@ from vit_keras.training import distill
 from vit_keras.training import runs
 from vit_keras.training import train
 from vit_keras.data.array_pipeline import make_batches
+from vit_keras.data.augmentation import Augmentation
 from vit_keras.data.pipeline import make_dataset
 
 TINY = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1)
@@ -39,7 +40,7 @@ def test_hard_targets_average_the_labels_and_the_teachers_argmax():
 @pytest.mark.parametrize("pipeline", ["tf.data", "arrays"])
 def test_each_augmented_batch_gets_the_teachers_labels_of_the_images_in_it(pipeline, teacher, batch):
     images, labels = batch
-    options = dict(num_classes=10, batch_size=32, training=True, augment="crop", seed=3)
+    options = dict(num_classes=10, batch_size=32, training=True, augmentation=Augmentation("crop"), seed=3)
 
     def first(**extra):
         if pipeline == "tf.data":

@@ -27,7 +27,7 @@ def run_dir(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("eval")
     make_folder(root / "train")
-    model = train.build_model_to_train(2, 1, (12, 12), image_size=12, overrides=dict(num_layers=1, hidden_size=16,
+    model = train.build_model_to_train(2, 1, (12, 12), image_size=12, model_overrides=dict(num_layers=1, hidden_size=16,
                                                                              num_heads=1, mlp_dim=16))
     run = root / "run"
     run.mkdir()

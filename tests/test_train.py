@@ -20,6 +20,7 @@ import vit_keras
 from vit_keras.apps import cli
 from vit_keras.training import runs
 from vit_keras.training import train
+from vit_keras.data.augmentation import Augmentation
 from vit_keras.data.datasets import FASHION_MNIST_CLASSES
 from vit_keras.data.pipeline import make_dataset
 
@@ -72,7 +73,7 @@ def fit_steps(fashion, precision, steps=12, seed=0):
         model = tiny_model()
         schedule = train.WarmupCosine(3e-3, total_steps=steps, warmup_steps=2)
         train.compile_model(model, schedule, precision, jit_compile=False)
-        data = make_dataset(images, labels, 10, batch_size=64, training=True, augment="none", seed=seed)
+        data = make_dataset(images, labels, 10, batch_size=64, training=True, augmentation=Augmentation("none"), seed=seed)
         probe = make_dataset(images[:256], labels[:256], 10, batch_size=256)
         before = model.evaluate(probe, verbose=0, return_dict=True)["loss"]
         model.fit(data.repeat(), steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
@@ -110,7 +111,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(fashion, tmp_p
     # A sane LR for epoch 1, then one large enough to overflow the logits in epoch 2.
     schedule = keras.optimizers.schedules.PiecewiseConstantDecay([steps], [1e-3, 1e30])
     train.compile_model(model, schedule, jit_compile=False, clipnorm=None)
-    data = make_dataset(images, labels, 10, batch_size=64, training=True, augment="none")
+    data = make_dataset(images, labels, 10, batch_size=64, training=True, augmentation=Augmentation("none"))
     callbacks = runs.make_callbacks(str(tmp_path), 64, tensorboard=False)
     with pytest.raises(train.NonFiniteLoss, match="last good checkpoint is kept") as error:
         model.fit(data, epochs=3, callbacks=callbacks, verbose=0, shuffle=False)
@@ -140,7 +141,7 @@ def test_nan_weights_from_an_epochs_last_step_are_not_checkpointed(fashion, tmp_
     model = tiny_model()
     steps = len(images) // 64
     train.compile_model(model, NanFrom(2 * steps - 1), jit_compile=False, clipnorm=None)
-    data = make_dataset(images, labels, 10, batch_size=64, training=True, augment="none")
+    data = make_dataset(images, labels, 10, batch_size=64, training=True, augmentation=Augmentation("none"))
     with pytest.raises(train.NonFiniteLoss, match="weights became NaN or Inf in the last steps of epoch 2"):
         model.fit(data, epochs=3, callbacks=runs.make_callbacks(str(tmp_path), 64, tensorboard=False), verbose=0)
     good = keras.saving.load_model(tmp_path / "checkpoint.keras", compile=False)
@@ -159,7 +160,7 @@ def fit_run(fashion, folder, epochs=3, crash_at=None):
     """A tiny model fitted with the run directory's callbacks in ``folder`` (a rerun resumes); ``crash_at``
     puts a stand-in for a kill at that place among the callbacks."""
     images, labels, _ = fashion
-    data = make_dataset(images[:128], labels[:128], 10, batch_size=64, training=True, augment="none")
+    data = make_dataset(images[:128], labels[:128], 10, batch_size=64, training=True, augmentation=Augmentation("none"))
     keras.utils.set_random_seed(0)
     model = tiny_model()
     train.compile_model(model, 1e-3, jit_compile=False)
@@ -368,7 +369,7 @@ def test_a_run_finished_before_a_setting_was_recorded_is_not_redone(tmp_path):
 
 
 def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):
-    saved = train.build_model_to_train(10, 1, (28, 28), drop_path=0.2, overrides=dict(num_layers=2))
+    saved = train.build_model_to_train(10, 1, (28, 28), drop_path=0.2, model_overrides=dict(num_layers=2))
     saved.save(tmp_path / "base.keras")
     tuned = train.build_model_to_train(3, 1, (28, 28), weights=str(tmp_path / "base.keras"), drop_path=0.1)
     assert tuned.get_config()["num_classes"] == 3 and tuned.get_config()["drop_path"] == 0.1
@@ -475,15 +476,15 @@ def test_strategy_choice_and_the_quick_recipes_sizes():
     assert finer == {28: 4, 32: 4, 64: 8}
     odd = {side: train.build_model_to_train(10, 1, (28, 28), image_size=side).get_config()["patch_size"] for side in (21, 30)}
     assert odd == {21: 3, 30: 6}  # the largest whole patch near the recipe's grid: 7x7 and 5x5
-    asked = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=dict(patch_size=4)).get_config()
+    asked = train.build_model_to_train(10, 1, (28, 28), image_size=28, model_overrides=dict(patch_size=4)).get_config()
     assert (asked["patch_size"], asked["stem"]) == (4, "conv")  # the stem follows the patch asked for
 
 
 @pytest.mark.parametrize("pooling, class_token", [("token", True), ("sequence", False), ("gap", False)])
 def test_a_pooling_override_brings_the_class_token_its_readout_needs(pooling, class_token):
-    model = train.build_model_to_train(10, 1, (28, 28), overrides=dict(pooling=pooling))
+    model = train.build_model_to_train(10, 1, (28, 28), model_overrides=dict(pooling=pooling))
     assert model.vit_config["pooling"] == pooling and model.vit_config["class_token"] is class_token
-    kept = train.build_model_to_train(10, 1, (28, 28), overrides=dict(pooling="sequence", class_token=True))
+    kept = train.build_model_to_train(10, 1, (28, 28), model_overrides=dict(pooling="sequence", class_token=True))
     assert kept.vit_config["class_token"] is True
 
 
@@ -533,14 +534,14 @@ plain = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, stem=None)
 sgd = {}
 for strategy in ("default", "mirrored"):
     with train.get_strategy(strategy).scope():
-        model = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain)
+        model = train.build_model_to_train(10, 1, (28, 28), image_size=28, model_overrides=plain)
         model.compile(optimizer=keras.optimizers.SGD(0.05),
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True), jit_compile=False)
     model.fit(make_dataset(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
     sgd[strategy] = model.get_weights()
 sgd_gap = max(float(np.abs(a - b).max()) for a, b in zip(sgd["default"], sgd["mirrored"]))
 sgd_step = max(float(np.abs(a - b).max()) for a, b in
-               zip(sgd["default"], train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()))
+               zip(sgd["default"], train.build_model_to_train(10, 1, (28, 28), image_size=28, model_overrides=plain).get_weights()))
 print(json.dumps(dict(sgd_gap=sgd_gap, sgd_step=sgd_step)))
 """
 
@@ -566,13 +567,13 @@ strategy = train.get_strategy(sys.argv[2])
 data = load_dataset("fashion_mnist", "train", limit=256)
 plain = dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, stem=None)  # no BatchNorm
 with strategy.scope():
-    model = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain)
+    model = train.build_model_to_train(10, 1, (28, 28), image_size=28, model_overrides=plain)
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.CategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
     if sys.argv[2] == "multi_worker":
         train._prebuild(model, 64, 10)
 model.fit(make_dataset(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
-start = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()
+start = train.build_model_to_train(10, 1, (28, 28), image_size=28, model_overrides=plain).get_weights()
 np.savez(sys.argv[1], *model.get_weights(), step=max(float(np.abs(a - b).max()) for a, b in zip(model.get_weights(), start)))
 """
 

@@ -22,6 +22,7 @@ import tensorflow as tf
 import vit_keras
 from vit_keras.data import array_pipeline
 from vit_keras.data import pipeline
+from vit_keras.data.augmentation import Augmentation
 from vit_keras.apps import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -132,12 +133,12 @@ for name in ("default", "data_parallel"):
     dist = train.get_strategy(name)
     replicas[name] = strategies.replica_count(dist)
     with strategies.scope(dist):
-        model = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain)
+        model = train.build_model_to_train(10, 1, (28, 28), image_size=28, model_overrides=plain)
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.CategoricalCrossentropy(from_logits=True))
     with strategies.fit_scope(dist):
         model.fit(make_batches(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
     sgd[name] = model.get_weights()
-start = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=plain).get_weights()
+start = train.build_model_to_train(10, 1, (28, 28), image_size=28, model_overrides=plain).get_weights()
 gap = max(float(np.abs(a - b).max()) for a, b in zip(sgd["default"], sgd["data_parallel"]))
 step = max(float(np.abs(a - b).max()) for a, b in zip(sgd["default"], start))
 # The trainer over both devices: the recipe's model (conv stem, BatchNorm) and AdamW; 203 validation images end
@@ -168,6 +169,7 @@ from vit_keras import VisionTransformer
 from vit_keras.training import runs
 from vit_keras.training import train
 from vit_keras.data.array_pipeline import make_batches
+from vit_keras.data.augmentation import Augmentation
 from vit_keras.data.datasets import load_dataset
 
 data = load_dataset("fashion_mnist", "train", limit=256)
@@ -180,7 +182,8 @@ schedule = keras.optimizers.schedules.PiecewiseConstantDecay([steps], [1e-3, 1e3
 train.compile_model(model, schedule, clipnorm=None)
 callbacks = runs.make_callbacks(sys.argv[1], 64, tensorboard=False)
 try:
-    model.fit(make_batches(data.images, data.labels, 10, batch_size=64, training=True, augment="none"), epochs=3,
+    model.fit(make_batches(data.images, data.labels, 10, batch_size=64, training=True,
+                           augmentation=Augmentation("none")), epochs=3,
               callbacks=callbacks, verbose=0)
     stopped = ""
 except train.NonFiniteLoss as error:
@@ -197,7 +200,7 @@ precisions = {}
 for precision in ("mixed_bfloat16", "mixed_float16"):
     train.set_precision(precision)
     keras.utils.set_random_seed(0)
-    mixed = train.build_model_to_train(10, 1, (28, 28), image_size=28, overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+    mixed = train.build_model_to_train(10, 1, (28, 28), image_size=28, model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
     train.compile_model(mixed, 1e-3, precision)
     block = mixed.get_layer("encoderblock_0")
     wide = keras.ops.cast(np.tile([300.0, -300.0], (1, 4, 16)), block.compute_dtype)
@@ -291,8 +294,8 @@ def test_random_resized_crops_sample_where_the_tf_data_crops_do():
 
 def test_numpy_batches_are_deterministic_given_the_seed_and_differ_by_epoch(fashion_train):
     images, labels = fashion_train[0][:96], fashion_train[1][:96]
-    options = dict(num_classes=10, batch_size=8, training=True, augment="randaugment", mixup=0.2, cutmix=1.0,
-                   image_size=32, channels=3, workers=1)
+    options = dict(num_classes=10, batch_size=8, training=True, image_size=32, channels=3, workers=1,
+                   augmentation=Augmentation("randaugment", mixup=0.2, cutmix=1.0))
     first, again = (array_pipeline.make_batches(images[:24], labels[:24], seed=3, **options) for _ in range(2))
     reversed_order = [again[i] for i in reversed(range(len(again)))][::-1]  # made in another order
     for (x, y), (x2, y2) in zip([first[i] for i in range(len(first))], reversed_order):
@@ -310,7 +313,8 @@ def test_numpy_batches_are_deterministic_given_the_seed_and_differ_by_epoch(fash
     np.testing.assert_array_equal(plain[0][0], images[:40].astype("float32"))
     halves = [array_pipeline.make_batches(images, labels, 10, batch_size=32, shard=(i, 2))[1][0] for i in range(2)]
     np.testing.assert_array_equal(np.concatenate(halves), images[32:64].astype("float32"))  # each process its rows
-    floor = array_pipeline.make_batches(images, labels, 10, batch_size=32, training=True, augment="none",
+    floor = array_pipeline.make_batches(images, labels, 10, batch_size=32, training=True,
+                                        augmentation=Augmentation("none"),
                                         batches_per_epoch=7)  # the step floor: 3 batches a pass, repeated
     assert len(floor) == 7
     rows = [floor[i][0] for i in range(7)]
@@ -318,6 +322,6 @@ def test_numpy_batches_are_deterministic_given_the_seed_and_differ_by_epoch(fash
     assert sorted(map(bytes, passes[0])) == sorted(map(bytes, passes[1]))  # each pass sees every image once
     assert not np.array_equal(passes[0], passes[1])  # in its own order
     with pytest.raises(ValueError, match="`crop_scale` must be"):
-        array_pipeline.make_batches(images, labels, 10, crop_scale=(0.9, 0.5))
+        array_pipeline.make_batches(images, labels, 10, augmentation=Augmentation(crop_scale=(0.9, 0.5)))
     with pytest.raises(ValueError, match="Unknown `augment`='rotate'"):
-        array_pipeline.make_batches(images, labels, 10, augment="rotate")
+        array_pipeline.make_batches(images, labels, 10, augmentation=Augmentation("rotate"))

@@ -20,6 +20,14 @@ AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
 # A CNN teacher's labels (vit_keras.training.distill): "auto" distills where the recipe's ViT trains on small data.
 DISTILLATIONS = ("auto", "cnn", "none")
 SPLITS = ("train", "val", "test")
+CHANNEL_COUNTS = (1, 3)  # the models' input channels: gray or RGB
+# Where training reads its images from (vit_keras.data.sources): "auto" keeps a dataset in memory when its decoded
+# images fit MEMORY_BUDGET_FRACTION of the machine's memory, else streams it from disk.
+INPUT_MODES = ("auto", "memory", "stream")
+MEMORY_BUDGET_FRACTION = 0.25
+# Shards written by `vit-keras prepare` (vit_keras.data.shards): their format version and image encodings.
+SHARD_VERSION = 1
+SHARD_ENCODINGS = ("png", "jpeg")
 
 # Model options
 POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")

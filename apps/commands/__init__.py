@@ -7,7 +7,7 @@ stays fast; heavy imports (TensorFlow, LiteRT) happen inside ``run``.
 
 import argparse
 
-from vit_keras.constants import RUNTIMES
+from vit_keras.constants import MEMORY_BUDGET_FRACTION, RUNTIMES
 
 
 def positive_int(text):
@@ -25,3 +25,14 @@ def add_runtime_arguments(parser):
     parser.add_argument("--runtime", choices=RUNTIMES, default="interpreter",
                         help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
                              "CompiledModel")
+
+
+def add_input_arguments(parser):
+    """--stream and --in-memory: how the data is read (``vit_keras.data.sources.load_splits``' input_mode; default:
+    by its decoded size)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--stream", dest="input_mode", action="store_const", const="stream", default="auto",
+                       help="stream the images from disk as they are read (folder: and shards: data); default: only "
+                            f"data whose decoded images do not fit {MEMORY_BUDGET_FRACTION:.0%}% of the memory")
+    group.add_argument("--in-memory", dest="input_mode", action="store_const", const="memory",
+                       help="decode every image into memory first, however large the data")

@@ -2,6 +2,7 @@
 
 import os
 
+from vit_keras.apps.commands import add_input_arguments
 from vit_keras.constants import SPLITS
 
 HELP = "Evaluate a trained model (.keras): loss, accuracy, per-class table, optional confusion-matrix PNG."
@@ -9,7 +10,8 @@ HELP = "Evaluate a trained model (.keras): loss, accuracy, per-class table, opti
 
 def add_arguments(parser):
     parser.add_argument("model", help="a trained model, e.g. runs/fashion_mnist/model.keras")
-    parser.add_argument("--data", default="fashion_mnist", help="fashion_mnist | tfds:NAME | folder:PATH")
+    parser.add_argument("--data", default="fashion_mnist", help="fashion_mnist | tfds:NAME | folder:PATH | shards:PATH")
+    add_input_arguments(parser)
     parser.add_argument("--split", choices=SPLITS, default="test",
                         help="split to evaluate: a folder of train/ + test/ folders gives its test/; the folder the "
                              "model was trained on, its seeded held-out part; any other folder, all of it")
@@ -31,8 +33,8 @@ def run(args):
         raise ValueError(f"MODEL must be a .keras file; got {args.model!r}.")
     if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
         raise ValueError("--batch-size and --limit must be positive integers.")
-    from vit_keras.data.datasets import load_dataset
-    from vit_keras.training.evaluation import evaluate_arrays, format_report
+    from vit_keras.data.sources import load_splits
+    from vit_keras.training.evaluation import evaluate_arrays, evaluate_source, format_report
     from vit_keras.models.vision_transformer import load_model
     from vit_keras.training.runs import data_split
     from vit_keras.visualize import plot_confusion_matrix
@@ -42,17 +44,22 @@ def run(args):
     seed = args.seed if args.seed is not None else trained.get("seed", 0)
     val_fraction = args.val_fraction if args.val_fraction is not None else trained.get("val_fraction", 0.1)
     whole = trained.get("whole_folder", False) and args.seed is None and args.val_fraction is None
-    data = load_dataset(args.data, args.split, limit=args.limit, seed=seed, data_dir=args.data_dir,
-                        val_fraction=val_fraction, image_size=model.input_shape[1:3], whole_folder=whole)
+    (data,), mode, why = load_splits(args.data, [args.split], args.input_mode, limit=args.limit, seed=seed,
+                                     data_dir=args.data_dir, val_fraction=val_fraction,
+                                     image_size=model.input_shape[1:3], whole_folder=whole)
     labels_path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "labels.txt")
     if os.path.exists(labels_path):
         with open(labels_path) as f:
             names = [line.rstrip("\n") for line in f if line.strip()]
         if names != data.class_names:
             print(f"warning: {labels_path} lists classes {names[:4]}... but the data has {data.class_names[:4]}...")
-    result = evaluate_arrays(model, data.images, data.labels, data.class_names, batch_size=args.batch_size)
-    print(f"{args.model} on {args.data} ({args.split}): {len(data.labels):,} images"
+    if mode == "stream":
+        result = evaluate_source(model, data, batch_size=args.batch_size)
+    else:
+        result = evaluate_arrays(model, data.images, data.labels, data.class_names, batch_size=args.batch_size)
+    print(f"{args.model} on {args.data} ({args.split}): {result['examples']:,} images"
           + (f", {data.source}" if data.source else ""))
+    print(f"input: {'streamed from disk' if mode == 'stream' else 'in memory'}: {why}")
     if data.skipped:
         print(f"skipped {len(data.skipped)} unreadable image(s)")
     print(format_report(result))

@@ -8,6 +8,7 @@ import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
+from vit_keras.apps.commands import add_input_arguments
 from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, BOUNDS, DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS,
                                  POOLINGS, PRECISIONS, QUANTIZATIONS, RECIPES, STEPS_PER_EXECUTION, STRATEGIES,
                                  VAL_FRACTION)
@@ -18,7 +19,9 @@ OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim") 
 
 def add_arguments(parser):
     parser.add_argument("--data", default="fashion_mnist",
-                        help="fashion_mnist | tfds:NAME | folder:PATH (one sub-folder per class). Default: fashion_mnist")
+                        help="fashion_mnist | tfds:NAME | folder:PATH (one sub-folder per class) | shards:PATH (written "
+                             "by `vit-keras prepare`). Default: fashion_mnist")
+    add_input_arguments(parser)
     parser.add_argument("--out", required=True, help="run directory: model.keras, labels.txt, history.csv, config.json")
     parser.add_argument("--model", default=None,
                         help="a model name (vit_ti16, vit_s16, ...); default: the recipe's small ViT for the data's size")
@@ -118,8 +121,8 @@ def check_args(args):
             raise ValueError(f"--{flag.replace('_', '-')} must be {bounds}; got {value}.")
     if args.crop_scale is not None and not 0 < args.crop_scale <= 1:
         raise ValueError(f"--crop-scale must be in (0, 1]; got {args.crop_scale}.")
-    if not (args.data == "fashion_mnist" or args.data.startswith(("tfds:", "folder:"))):
-        raise ValueError(f"--data must be fashion_mnist, tfds:NAME or folder:PATH; got {args.data!r}.")
+    if not (args.data == "fashion_mnist" or args.data.startswith(("tfds:", "folder:", "shards:"))):
+        raise ValueError(f"--data must be fashion_mnist, tfds:NAME, folder:PATH or shards:PATH; got {args.data!r}.")
     if args.data.startswith("folder:") and not os.path.isdir(args.data[7:]):
         raise FileNotFoundError(f"--data folder {args.data[7:]!r} does not exist.")
     if args.weights and not args.weights.startswith(("http://", "https://", "gs://")) \
@@ -174,6 +177,7 @@ def run(args):
             teacher_steps=args.teacher_steps, precision=args.precision, strategy=args.strategy,
             weights=args.weights, seed=args.seed, limit=args.limit, data_dir=args.data_dir,
             val_fraction=args.val_fraction, backup_every=args.backup_every or "epoch", jit_compile=not args.no_jit,
+            input_mode=args.input_mode,
             verbose=2 if args.quiet else "auto",
             model_overrides={**{k: getattr(args, k) for k in (*OVERRIDES, "pooling") if getattr(args, k) is not None},
                              **({"locality_attention": True} if args.locality_attention else {})},

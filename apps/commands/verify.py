@@ -6,7 +6,8 @@ HELP = "Verify exported .tflite files against the Keras model: size, LiteRT late
 def add_arguments(parser):
     parser.add_argument("tflite", nargs="+", help="one or more exported .tflite files")
     parser.add_argument("--against", required=True, metavar="MODEL.keras", help="the Keras model they came from")
-    parser.add_argument("--data", required=True, help="test data spec: fashion_mnist, tfds:NAME or folder:PATH")
+    parser.add_argument("--data", required=True,
+                        help="test data spec: fashion_mnist, tfds:NAME, folder:PATH or shards:PATH")
     parser.add_argument("--split", default="test", help="data split (default test)")
     parser.add_argument("--limit", type=int, default=None,
                         help="a seeded, class-balanced sample of N test images (it prints how many of each class)")

@@ -1,4 +1,5 @@
 """The input pipeline without TensorFlow: arrays -> augmented batches on any Keras backend, deterministic given a seed.
+(Streams from disk: ``vit_keras.data.stream_batches``, the same batches of rows read as they are needed.)
 
     uint8 arrays -> shuffle (each epoch) -> batch -> [random-resized-crop | resize] -> channels (gray <-> RGB)
         -> flip -> [RandAugment] -> float32 0..255 -> [random erasing] -> [MixUp | CutMix]
@@ -22,137 +23,112 @@ import threading
 import keras
 import numpy as np
 
-from vit_keras.constants import AUGMENTATIONS, LUMA_WEIGHTS
+from vit_keras.constants import LUMA_WEIGHTS
+from vit_keras.data.augmentation import ERASE_AREA, ERASE_ASPECT, check_arrays, pipeline_settings
 from vit_keras.data.targets import hard_targets
-from vit_keras.validation import pair
-
-# Random erasing (Zhong et al. 2020): the erased rectangle's area fraction and aspect ratio (height / width).
-ERASE_AREA = (0.02, 0.4)
-ERASE_ASPECT = (0.3, 1 / 0.3)
 
 # Worker threads making batches ahead of the model (NumPy's kernels release the GIL), and batches queued.
 WORKERS = max(1, min(os.cpu_count() or 1, 4))
 QUEUED_BATCHES = 4
 
 
-def check_crop_scale(crop_scale):
-    """``crop_scale`` as a [min, max] list of floats, or a clear error."""
-    scale = [float(v) for v in np.ravel(crop_scale)]
-    if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
-        raise ValueError(f"`crop_scale` must be (min, max) area fractions with 0 < min <= max <= 1; got {crop_scale}.")
-    return scale
-
-
-def check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher=None, erase=0.0):
-    """(images as (N, H, W, C), int64 labels) after the checks both pipelines make, with clear errors."""
-    if not 0 <= erase <= 1:
-        raise ValueError(f"`erase` is the probability that an image has a rectangle erased, in [0, 1]; got {erase}.")
-    if augment not in AUGMENTATIONS:
-        raise ValueError(f"Unknown `augment`={augment!r}; valid values are {', '.join(map(repr, AUGMENTATIONS))}.")
-    if (mixup or cutmix) and not one_hot:
-        raise ValueError("`mixup`/`cutmix` mix labels, so they need `one_hot=True`.")
-    if teacher is not None and not one_hot:
-        raise ValueError("`teacher` mixes its labels into the targets, so it needs `one_hot=True`.")
-    images, labels = np.asarray(images), np.asarray(labels, np.int64)
-    if int(num_classes) < 1 or (labels.size and not 0 <= labels.min() <= labels.max() < int(num_classes)):
-        raise ValueError(f"`labels` must be class indices in [0, `num_classes`={num_classes}); got values in "
-                         f"[{labels.min() if labels.size else '-'}, {labels.max() if labels.size else '-'}].")
-    if mixup < 0 or cutmix < 0:
-        raise ValueError(f"`mixup` and `cutmix` must be >= 0 (0 = off); got {mixup} and {cutmix}.")
-    if images.ndim == 3:
-        images = images[..., None]
-    if images.ndim != 4 or len(images) != len(labels):
-        raise ValueError(f"Expected images (N, H, W, C) and labels (N,); got {images.shape} and {labels.shape}.")
-    if int(batch_size) != batch_size or int(batch_size) < 1:
-        raise ValueError(f"`batch_size` must be a positive int; got {batch_size}.")
-    return images, labels
-
-
 def make_batches(images, labels, num_classes, image_size=None, channels=None, batch_size=128, training=False, seed=0,
-                 augment="crop", crop_scale=(0.35, 1.0), flip=True, mixup=0.0, cutmix=0.0, one_hot=True,
-                 drop_remainder=None, shard=(0, 1), workers=WORKERS, batches_per_epoch=None, teacher=None, erase=0.0):
-    """A ``keras.utils.PyDataset`` of (float32 images 0..255, labels) from uint8 arrays; the arguments are
+                 augmentation=None, one_hot=True, drop_remainder=None, shard=(0, 1), workers=WORKERS,
+                 batches_per_epoch=None, teacher=None):
+    """A ``keras.utils.PyDataset`` of (float32 images 0..255, labels) from uint8 arrays; the settings are
     ``vit_keras.data.pipeline.make_dataset``'s. ``shard``: (this process's index, process count): each process
     gets its rows of every global batch (``batch_size`` is global, divisible by the count).
     ``batches_per_epoch``: more batches an epoch than one pass holds (the step floor of small data): the data
     repeats, each pass in its own shuffle."""
-    crop_scale = check_crop_scale(crop_scale)
-    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher,
-                                  erase)
-    index, count = shard
-    if int(batch_size) % count:
-        raise ValueError(f"`batch_size`={batch_size} must be divisible by the {count} processes.")
-    size = pair(image_size, "image_size") if image_size is not None else images.shape[1:3]
-    return ArrayBatches(images, labels, int(num_classes), size, int(channels or images.shape[-1]), int(batch_size),
-                        training, seed, augment if training else "none", crop_scale, flip,
-                        (mixup, cutmix) if training else (0, 0), one_hot,
-                        training if drop_remainder is None else drop_remainder, (index, count), workers,
-                        batches_per_epoch, teacher if training else None, float(erase) if training else 0.0)
+    batching, augmentation = pipeline_settings(num_classes, image_size, channels, batch_size, training, seed,
+                                               augmentation, one_hot, drop_remainder, teacher)
+    images, labels = check_arrays(images, labels, batching)
+    batching.check_shards(shard[1])
+    return ArrayBatches(MemoryRows(images, labels), batching.resolve(images.shape[1:]), augmentation, shard, workers,
+                        batches_per_epoch, teacher if training else None)
+
+
+class MemoryRows:
+    """Examples held in memory: uint8 images (N, H, W, C) and int64 labels, taken by row."""
+
+    def __init__(self, images, labels):
+        self.images, self.labels = images, labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def take(self, rows):
+        return self.images[rows], self.labels[rows]
 
 
 class ArrayBatches(keras.utils.PyDataset):
-    """Batches of uint8 arrays, made on demand (see ``make_batches``); ``on_epoch_end`` moves to the next epoch's
-    shuffle and draws (Keras calls it after the epoch's worker threads have stopped)."""
+    """Batches of ``rows`` (``MemoryRows`` or a stream's), made on demand (see ``make_batches``) for a resolved
+    ``Batching`` and the ``Augmentation`` its batches get; ``on_epoch_end`` moves to the next epoch's shuffle and
+    draws (Keras calls it after the epoch's worker threads have stopped). ``epoch``: the epoch to start at (a
+    resumed run's)."""
 
-    def __init__(self, images, labels, num_classes, size, channels, batch_size, training, seed, augment, crop_scale,
-                 flip, mix, one_hot, drop_remainder, shard, workers, batches_per_epoch=None, teacher=None, erase=0.0):
+    def __init__(self, rows, batching, augmentation, shard=(0, 1), workers=WORKERS, batches_per_epoch=None,
+                 teacher=None, epoch=0):
         super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=QUEUED_BATCHES)
-        self.images, self.labels, self.num_classes = images, labels, num_classes
-        self.size, self.channels, self.batch_size = tuple(size), channels, batch_size
-        self.training, self.seed, self.augment, self.crop_scale, self.flip = training, seed, augment, crop_scale, flip
-        self.one_hot, self.drop_remainder, self.shard = one_hot, drop_remainder, shard
-        self.rand_augment = SeededLayer("RandAugment", seed, per_image=True) if augment == "randaugment" else None
-        self.mixers = [SeededLayer(name, seed, **{key: float(value)})
-                       for name, key, value in (("MixUp", "alpha", mix[0]), ("CutMix", "factor", mix[1])) if value]
-        self.teacher, self.erase = teacher, erase
-        self.epoch, self.orders, self.lock = 0, {}, threading.Lock()
+        self.rows, self.batching, self.augmentation, self.shard = rows, batching, augmentation, shard
+        self.size, self.seed = tuple(batching.image_size), batching.seed
+        self.rand_augment = (SeededLayer("RandAugment", self.seed, per_image=True)
+                             if augmentation.augment == "randaugment" else None)
+        self.mixers = [SeededLayer(name, self.seed, **{key: value}) for name, key, value in
+                       (("MixUp", "alpha", augmentation.mixup), ("CutMix", "factor", augmentation.cutmix)) if value]
+        self.teacher = teacher
+        self.epoch, self.orders, self.lock = epoch, {}, threading.Lock()
         self.batches_per_epoch = max(batches_per_epoch or 0, self.batches_per_pass())
 
     def batches_per_pass(self):
-        batches = len(self.images) / self.batch_size
-        return int(batches) if self.drop_remainder else math.ceil(batches)
+        batches = len(self.rows) / self.batching.batch_size
+        return int(batches) if self.batching.drop_remainder else math.ceil(batches)
 
     def __len__(self):
         return self.batches_per_epoch
 
     def pass_order(self, data_pass):
         """A pass's example order: a permutation drawn from (seed, epoch, pass) in training, else as given."""
-        if not self.training:
-            return np.arange(len(self.images))
+        if not self.batching.training:
+            return np.arange(len(self.rows))
         key = (self.epoch, data_pass)
         with self.lock:
             if key not in self.orders:
                 seed = [self.seed, self.epoch] if data_pass == 0 else [self.seed, self.epoch, data_pass]
                 self.orders = {k: v for k, v in self.orders.items() if k[0] == self.epoch}
-                self.orders[key] = np.random.default_rng(seed).permutation(len(self.images))
+                self.orders[key] = np.random.default_rng(seed).permutation(len(self.rows))
             return self.orders[key]
 
     def __getitem__(self, index):
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} of {len(self)}")
         data_pass, within = divmod(index, self.batches_per_pass())
-        rows = self.pass_order(data_pass)[within * self.batch_size:(within + 1) * self.batch_size]
-        x, y = self.transform(self.images[rows].astype("float32"), self.labels[rows],
-                              np.random.default_rng([self.seed, self.epoch, index]))
+        size = self.batching.batch_size
+        rows = self.pass_order(data_pass)[within * size:(within + 1) * size]
         part, parts = self.shard
-        if parts > 1:
+        if parts > 1 and not self.batching.training:  # image by image: each process reads only its rows
+            rows, parts = rows[part * (len(rows) // parts):(part + 1) * (len(rows) // parts)], 1
+        x, y = self.rows.take(rows)
+        x, y = self.transform(x.astype("float32"), y, np.random.default_rng([self.seed, self.epoch, index]))
+        if parts > 1:  # training: mixing and a teacher see the whole batch, each process keeps its rows
             share = len(x) // parts
             x, y = x[part * share:(part + 1) * share], y[part * share:(part + 1) * share]
         return x, y
 
     def transform(self, x, y, rng):
         """One batch's steps, in the tf.data pipeline's order; every draw comes from ``rng``, in a fixed order."""
-        if self.augment in ("crop", "randaugment"):
-            x = random_resized_crop(x, self.size, self.crop_scale, rng)
-        x = fit_batch(x, self.size, self.channels)
-        if self.augment != "none" and self.flip:
+        augmentation = self.augmentation
+        if augmentation.crops:
+            x = random_resized_crop(x, self.size, augmentation.crop_scale, rng)
+        x = fit_batch(x, self.size, self.batching.channels)
+        if augmentation.flips:
             x = random_flip(x, rng)
         if self.rand_augment is not None:  # the only step that can leave 0..255 (the others interpolate)
             x = np.clip(self.rand_augment(seeds(rng, len(x)), x), 0.0, 255.0)
-        if self.erase:
-            x = random_erase(x, self.erase, rng)
-        if self.one_hot:
-            y = np.eye(self.num_classes, dtype="float32")[y]
+        if augmentation.erase:
+            x = random_erase(x, augmentation.erase, rng)
+        if self.batching.one_hot:
+            y = np.eye(self.batching.num_classes, dtype="float32")[y]
         if self.mixers:
             mixer = self.mixers[int(rng.uniform() < 0.5)] if len(self.mixers) == 2 else self.mixers[0]
             out = mixer(seeds(rng, 1)[0], {"images": x, "labels": y})
@@ -223,9 +199,27 @@ def random_resized_crop(x, size, scale, rng, ratio=(3 / 4, 4 / 3)):
     aspect = np.exp(rng.uniform(np.log(ratio[0]), np.log(ratio[1]), n))
     h, w = np.minimum(np.sqrt(area / aspect), 1.0), np.minimum(np.sqrt(area * aspect), 1.0)
     top, left = rng.uniform(size=n) * (1.0 - h), rng.uniform(size=n) * (1.0 - w)
-    rows = interpolation_weights(top, h, height, size[0])
-    cols = interpolation_weights(left, w, width, size[1])
-    return separable(x, rows, cols)
+    rows = sample_points(top, h, height, size[0])
+    cols = sample_points(left, w, width, size[1])
+    x = lerp_rows(x, *rows).transpose(0, 2, 1, 3)  # (n, W, out_h, C): the columns as rows
+    return lerp_rows(np.ascontiguousarray(x), *cols).transpose(0, 2, 1, 3)
+
+
+def sample_points(start, extent, pixels, out):
+    """(index below, index above, weight of the one above), each (n, out): the two source pixels and their
+    weights of each bilinear sample that ``interpolation_weights`` describes as a dense matrix."""
+    centres = (start[:, None] + (np.arange(out) + 0.5) * (extent[:, None] / out)) * pixels - 0.5
+    low = np.floor(centres)
+    return (np.clip(low, 0, pixels - 1).astype(np.intp), np.clip(low + 1, 0, pixels - 1).astype(np.intp),
+            (centres - low).astype("float32"))
+
+
+def lerp_rows(x, below, above, weight):
+    """``x`` (n, H, ...) sampled along its rows between rows ``below`` and ``above`` (n, out): whole rows are
+    gathered (a dense matrix of the two weights a row would cost H times more)."""
+    images = np.arange(len(x))[:, None]
+    weight = weight.reshape(*weight.shape, *([1] * (x.ndim - 2)))
+    return (1.0 - weight) * x[images, below] + weight * x[images, above]
 
 
 def interpolation_weights(start, extent, pixels, out):

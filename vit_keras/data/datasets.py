@@ -7,6 +7,7 @@ with ``spec`` one of
                     (/usr/share/datasets/fashion-mnist), else tfds ``fashion_mnist``;
   "tfds:NAME"       a tfds dataset (``data_dir`` as for ``tfds.load``); one with only a train split gives a
                     seeded held-out part of it as "val"/"test";
+  "shards:PATH"     shards written by `vit-keras prepare` (``vit_keras.data.shards``), decoded whole;
   "folder:PATH"     one sub-folder per class; a seeded split gives "train" and "val"/"test" (or, with
                     ``whole_folder``, all of it). A PATH whose sub-folders are train/, val/ or validation/ and
                     test/ (class sub-folders in each) gives those splits as they are. Each image is
@@ -14,7 +15,8 @@ with ``spec`` one of
                     MAX_SIDE), so a folder of phone photos costs memory at the model's size, not the camera's.
 
 Images are decoded here, once (Pillow for folders), so the tf.data pipeline in
-``vit_keras.data.pipeline`` only reads arrays and keeps up with training on a small CPU.
+``vit_keras.data.pipeline`` only reads arrays and keeps up with training on a small CPU. Data too large for memory
+streams instead (``vit_keras.data.sources``), decoded by the same ``decode_image``.
 """
 
 import collections
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vit_keras.constants import SPLITS
-from vit_keras.data.sampling import apply_limit, balanced_order, describe, tfds_kept
+from vit_keras.data.sampling import apply_limit, balanced_order, describe
 from vit_keras.validation import pair
 
 log = logging.getLogger("vit_keras.data.datasets")
@@ -38,6 +40,7 @@ FASHION_MNIST_CLASSES = [
 ]
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 MAX_SIDE = 512  # the longest side folder images keep when no `image_size` is asked for
+DATA_SPECS = "'fashion_mnist', 'tfds:NAME', 'folder:PATH' or 'shards:PATH'"
 
 
 @dataclass
@@ -51,6 +54,18 @@ class ArrayDataset:
     @property
     def num_classes(self):
         return len(self.class_names)
+
+    def __len__(self):
+        return len(self.labels)
+
+    @property
+    def image_shape(self):
+        return tuple(self.images.shape[1:])
+
+    def sample(self, count, seed=0):
+        """Up to ``count`` images of a seeded draw, with their labels."""
+        order = np.sort(np.random.default_rng(seed).permutation(len(self))[:count])
+        return self.images[order], self.labels[order]
 
 
 def load_arrays(spec, split="train", limit=None, seed=0, **kwargs):
@@ -74,17 +89,23 @@ def load_dataset(spec, split="train", limit=None, seed=0, data_dir=None, val_fra
     if limit is not None and int(limit) < 1:
         raise ValueError(f"`limit` must be a positive int or None; got {limit}.")
     if not isinstance(spec, str) or not spec:
-        raise ValueError(f"`data` must be 'fashion_mnist', 'tfds:NAME' or 'folder:PATH'; got {spec!r}.")
+        raise ValueError(f"`data` must be {DATA_SPECS}; got {spec!r}.")
     if spec == "fashion_mnist":
         data = _fashion_mnist(split, data_dir)
         kept = apply_limit(data.labels, limit, seed, data.class_names)
         data.images, data.labels = data.images[kept], data.labels[kept]
     elif spec.startswith("tfds:"):
-        data = _tfds(spec[5:], split, data_dir, seed, val_fraction, limit)
+        from vit_keras.data.tfds_source import load_tfds
+
+        data = load_tfds(spec[5:], split, data_dir, seed, val_fraction, limit)
     elif spec.startswith("folder:"):
         data = _folder(spec[7:], split, seed, val_fraction, image_size, limit, whole_folder)
+    elif spec.startswith("shards:"):
+        from vit_keras.data.shards import open_shards
+
+        data = open_shards(spec[7:], split, image_size, limit).decode_all()
     else:
-        raise ValueError(f"Unknown dataset {spec!r}; valid values are 'fashion_mnist', 'tfds:NAME', 'folder:PATH'.")
+        raise ValueError(f"Unknown dataset {spec!r}; valid values are {DATA_SPECS}.")
     return data
 
 
@@ -115,72 +136,12 @@ def _fashion_mnist(split, data_dir):
         labels = read_idx(labels_path).astype(np.int64)
         return ArrayDataset(images, labels, list(FASHION_MNIST_CLASSES))
     log.info("%s not found; falling back to tfds 'fashion_mnist'.", images_path)
-    return _tfds("fashion_mnist", split, data_dir)
+    from vit_keras.data.tfds_source import load_tfds
+
+    return load_tfds("fashion_mnist", split, data_dir)
 
 
-def _tfds_builder(name, data_dir):
-    """A prepared tfds builder (downloaded and prepared here if it is not), or a clear error."""
-    if not name:
-        raise ValueError("`data`='tfds:NAME' needs a dataset name, e.g. 'tfds:cifar10'.")
-    import tensorflow_datasets as tfds
-
-    try:
-        builder = tfds.builder(name, data_dir=data_dir)
-    except Exception as error:  # tfds raises DatasetNotFoundError and friends
-        raise FileNotFoundError(f"tfds dataset {name!r} not found: {error}") from None
-    if not builder.is_prepared():
-        try:
-            builder.download_and_prepare()
-        except Exception as error:
-            raise FileNotFoundError(
-                f"tfds dataset {name!r} is not prepared in {builder.data_dir!r} and could not be downloaded "
-                f"({type(error).__name__}: {error}). Prepare it with `tfds build {name}` or pass data_dir."
-            ) from None
-    return builder
-
-
-def _tfds(name, split, data_dir, seed=0, val_fraction=0.1, limit=None):
-    import tensorflow_datasets as tfds
-
-    builder = _tfds_builder(name, data_dir)
-    splits = builder.info.splits
-    candidates = None  # a train-only dataset: "val"/"test" are a seeded part of train, which keeps the rest
-    tfds_split = split
-    if split == "val":
-        tfds_split = "validation" if "validation" in splits else "test"
-    if split == "test" and "test" not in splits:
-        tfds_split = "validation"
-    if list(splits) == ["train"]:
-        train, val = split_indices(splits["train"].num_examples, seed, val_fraction)
-        candidates, tfds_split = (train if split == "train" else val), "train"
-    if tfds_split not in splits:
-        raise ValueError(f"tfds dataset {name!r} has no {split!r} split; it has {', '.join(splits)}.")
-    keys = builder.info.supervised_keys
-    if not keys:
-        raise ValueError(f"tfds dataset {name!r} has no (image, label) supervised keys.")
-    wanted = tfds_kept(builder, tfds_split, keys, candidates, limit, seed)
-    images, labels = [], []
-    for index, example in enumerate(tfds.as_numpy(builder.as_dataset(split=tfds_split, shuffle_files=False))):
-        if wanted is None or index in wanted:
-            images.append(_ensure_hwc(np.asarray(example[keys[0]])))
-            labels.append(int(example[keys[1]]))
-    if not images:
-        raise ValueError(f"tfds dataset {name!r} split {tfds_split!r} is empty.")
-    label_feature = builder.info.features[keys[1]]
-    num_classes = getattr(label_feature, "num_classes", None) or max(labels) + 1
-    names = getattr(label_feature, "names", None) or [str(i) for i in range(num_classes)]
-    return ArrayDataset(_stack_images(images, target_size=None), np.asarray(labels, np.int64), list(names))
-
-
-def _ensure_hwc(image):
-    if image.ndim == 2:
-        image = image[..., None]
-    if image.dtype != np.uint8:
-        image = np.clip(image, 0, 255).astype(np.uint8)
-    return image
-
-
-def _stack_images(images, target_size):
+def stack_images(images, target_size):
     """One uint8 array from images of possibly mixed sizes and channel counts."""
     channels = 3 if any(im.shape[-1] >= 3 for im in images) else 1
     sizes = collections.Counter(im.shape[:2] for im in images)
@@ -317,7 +278,7 @@ def folder_split(path, split, seed, val_fraction, whole=False):
     if not layout:
         files, labels, class_names = list_folder(path)
         if whole:
-            return files, labels, class_names, "the whole folder"
+            return (*shuffled(files, labels, seed), class_names, "the whole folder")
         return _held_out(files, labels, class_names, split, seed, val_fraction)
     train_files, train_labels, class_names = list_folder(layout["train"])
     for folder in layout.values():
@@ -333,8 +294,14 @@ def folder_split(path, split, seed, val_fraction, whole=False):
         if missing:
             log.warning("%s/ of %s has no images of %d class(es): %s.", os.path.basename(folder), path,
                         len(missing), ", ".join(missing))
-        return files, labels, class_names, f"its {os.path.basename(folder)}/ folder"
+        return (*shuffled(files, labels, seed), class_names, f"its {os.path.basename(folder)}/ folder")
     return _held_out(train_files, train_labels, class_names, split, seed, val_fraction, "train/")
+
+
+def shuffled(files, labels, seed):
+    """``files`` and ``labels`` in a seeded order, as a held-out part is: the first N are a sample of all classes."""
+    order = np.random.default_rng(seed).permutation(len(files))
+    return [files[i] for i in order], labels[order]
 
 
 def _held_out(files, labels, class_names, split, seed, val_fraction, where="the folder"):
@@ -346,10 +313,13 @@ def _held_out(files, labels, class_names, split, seed, val_fraction, where="the 
 
 def _folder(path, split, seed, val_fraction, image_size, limit=None, whole=False):
     files, labels, class_names, source = folder_split(path, split, seed, val_fraction, whole)
-    if image_size is not None:
-        target = pair(image_size, "image_size")
-    else:
-        target = _common_size(files, path)
+    target = pair(image_size, "image_size") if image_size is not None else common_size(files, path)
+    return decode_files(files, labels, class_names, target, source, limit, f"the {split!r} split of {path!r}", seed)
+
+
+def decode_files(files, labels, class_names, target, source="", limit=None, where="the folder", seed=0):
+    """An ``ArrayDataset`` of the readable ones of ``files`` (``limit``: a class-balanced sample of that many,
+    drawn with ``seed``), decoded at ``target`` (h, w), in the files' order."""
     images, kept, skipped = [], [], []
     for i in balanced_order(labels, seed) if limit is not None and limit < len(files) else range(len(files)):
         if limit is not None and len(images) == int(limit):  # a class-balanced sample of readable images
@@ -362,19 +332,19 @@ def _folder(path, split, seed, val_fraction, image_size, limit=None, whole=False
     if limit is not None and len(kept) < len(files):
         print(describe(labels, kept, class_names, limit, seed))
     if skipped:
-        log.warning("Skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0][0])
+        log.warning("Skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), where, skipped[0][0])
     if not images:
-        raise ValueError(f"No readable images in the {split!r} split of {path!r} ({len(skipped)} skipped).")
-    images = _stack_images([images[j] for j in np.argsort(kept)], target)  # in the split's order
+        raise ValueError(f"No readable images in {where} ({len(skipped)} skipped).")
+    images = stack_images([images[j] for j in np.argsort(kept)], target)  # in the split's order
     return ArrayDataset(images, labels[np.sort(kept)].astype(np.int64), class_names, skipped, source)
 
 
 def folder_image_size(path):
-    """The (h, w) a folder's training images decode to by default, from their headers: see ``_common_size``."""
-    return _common_size(list_folder(folder_layout(path).get("train", path))[0], path)
+    """The (h, w) a folder's training images decode to by default, from their headers: see ``common_size``."""
+    return common_size(list_folder(folder_layout(path).get("train", path))[0], path)
 
 
-def _common_size(files, path):
+def common_size(files, path):
     """The most common upright (h, w) of ``files``, read from their headers, scaled to at most MAX_SIDE."""
     from PIL import Image
 

@@ -17,6 +17,7 @@ from vit_keras.constants import LUMA_WEIGHTS
 MIN_FLIP_CONSISTENCY = 0.6
 THUMBNAIL_SIDE = 16
 MAX_PROBE_IMAGES = 10_000
+STREAM_PROBE_IMAGES = 2_000  # the images decoded for the check where the data streams from disk
 
 
 def thumbnails(images, side=THUMBNAIL_SIDE):

@@ -4,7 +4,8 @@
         -> channels (gray <-> RGB) -> flip -> [RandAugment] -> float32 0..255
         -> [random erasing] -> [MixUp | CutMix] -> [a teacher's labels mixed in] -> prefetch
 
-Images are decoded once by ``vit_keras.data.datasets``; every step here works on whole
+Images are decoded once by ``vit_keras.data.datasets`` (streams: ``vit_keras.data.stream`` decodes them on the
+way and hands its batches to ``augment_batches``); every step here works on whole
 batches (``tf.image.crop_and_resize`` with per-image random boxes, stateless
 random ops seeded per batch) so a 2-core CPU spends its time in the model, not
 here. Normalization is left to the model (``include_preprocessing=True`` maps
@@ -18,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vit_keras.data.array_pipeline import ERASE_AREA, ERASE_ASPECT, check_arrays, check_crop_scale
+from vit_keras.data.augmentation import ERASE_AREA, ERASE_ASPECT, check_arrays, pipeline_settings
 from vit_keras.data.targets import hard_targets
 from vit_keras.validation import pair
 
@@ -30,74 +31,55 @@ PARALLEL_BATCHES = max(1, min(os.cpu_count() or 1, 16))
 PREFETCH_BATCHES = 2
 
 
-def make_dataset(
-    images,
-    labels,
-    num_classes,
-    image_size=None,
-    channels=None,
-    batch_size=128,
-    training=False,
-    seed=0,
-    augment="crop",
-    crop_scale=(0.35, 1.0),
-    flip=True,
-    mixup=0.0,
-    cutmix=0.0,
-    one_hot=True,
-    drop_remainder=None,
-    repeat=False,
-    teacher=None,
-    erase=0.0,
-):
+def make_dataset(images, labels, num_classes, image_size=None, channels=None, batch_size=128, training=False, seed=0,
+                 augmentation=None, one_hot=True, drop_remainder=None, repeat=False, teacher=None):
     """A batched ``tf.data.Dataset`` of (float32 images 0..255, labels) from uint8 arrays.
 
-    training: shuffle and augment (seeded); otherwise only resize and channel conversion.
-    augment: "none" | "flip" | "crop" (random-resized-crop + flip) | "randaugment" (crop + flip + RandAugment).
-    crop_scale: (min, max) fraction of the image's area that a random-resized crop keeps.
-    erase: the probability that a training image has a random rectangle replaced by noise (random erasing).
-    mixup / cutmix: alpha of keras.layers.MixUp / factor of keras.layers.CutMix (0 = off);
-      when both are on, each batch gets one of them at random. They need one_hot=True.
-    one_hot: labels as float one-hot vectors (needed by label smoothing and MixUp) or int64.
+    The settings are ``vit_keras.data.augmentation.Batching``'s (num_classes ... drop_remainder) and an
+    ``Augmentation`` (None: the default one), which only training batches get.
+    repeat: the data repeats, each pass in its own shuffle (the step floor of small data).
     teacher: a Keras classifier of the batches; in training each batch's targets become
       ``vit_keras.training.distill.hard_targets`` of the labels and its predictions (DeiT's hard distillation).
     """
-    crop_scale = check_crop_scale(crop_scale)
-    images, labels = check_arrays(images, labels, num_classes, batch_size, augment, mixup, cutmix, one_hot, teacher,
-                                  erase)
-    size = pair(image_size, "image_size") if image_size is not None else images.shape[1:3]
-    channels = int(channels or images.shape[-1])
-    augment = augment if training else "none"
-    drop_remainder = training if drop_remainder is None else drop_remainder
-
+    batching, augmentation = pipeline_settings(num_classes, image_size, channels, batch_size, training, seed,
+                                               augmentation, one_hot, drop_remainder, teacher)
+    images, labels = check_arrays(images, labels, batching)
+    batching = batching.resolve(images.shape[1:])
     dataset = tf.data.Dataset.from_tensor_slices((images, labels)).cache()
-    if training:
+    if batching.training:
         dataset = dataset.shuffle(min(len(images), 50_000), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    dataset = dataset.batch(int(batch_size), drop_remainder=drop_remainder)
+    dataset = dataset.batch(batching.batch_size, drop_remainder=batching.drop_remainder)
     # One stateless seed per batch, different every epoch, the same for every run with this seed.
     batch_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
-    dataset = tf.data.Dataset.zip((dataset, batch_seeds))
+    dataset = augment_batches(tf.data.Dataset.zip((dataset, batch_seeds)), batching, augmentation, teacher)
+    return finish(dataset, tf.data.experimental.AutoShardPolicy.DATA)
 
-    rand_augment = keras.layers.RandAugment(value_range=(0, 255), seed=seed) if augment == "randaugment" else None
-    mix = _mixer(mixup, cutmix, seed) if training and (mixup or cutmix) else None
+
+def augment_batches(dataset, batching, augmentation, teacher=None):
+    """((uint8 images, labels), stateless seed) batches -> (float32 images 0..255 at the model's input, targets):
+    the steps of the module's doc, for a resolved ``batching`` and the ``augmentation`` its batches get."""
+    rand_augment = (keras.layers.RandAugment(value_range=(0, 255), seed=batching.seed)
+                    if augmentation.augment == "randaugment" else None)
+    mix = mixer(augmentation.mixup, augmentation.cutmix, batching.seed) if augmentation.mixes else None
+    size, channels = batching.image_size, batching.channels
 
     def transform(batch, batch_seed):
         x, y = batch
         x = tf.cast(x, tf.float32)
-        if augment in ("crop", "randaugment"):
-            x = random_resized_crop(x, size, crop_scale, batch_seed)
+        if augmentation.crops:
+            x = random_resized_crop(x, size, augmentation.crop_scale, batch_seed)
         x = fit_batch(x, size, channels)
-        if augment != "none" and flip:
+        if augmentation.flips:
             x = random_flip(x, batch_seed + 1)
         if rand_augment is not None:  # per image: on a batch, Keras draws one set of ops for all of it
             x = tf.map_fn(lambda image: rand_augment(image, training=True), x, parallel_iterations=1)
         x = tf.clip_by_value(x, 0.0, 255.0)
-        if training and erase:
-            x = random_erase(x, float(erase), batch_seed + 3)
-        if one_hot:
-            y = tf.one_hot(y, num_classes, dtype=tf.float32)
+        if augmentation.erase:
+            x = random_erase(x, augmentation.erase, batch_seed + 3)
+        if batching.one_hot:
+            y = tf.one_hot(y, batching.num_classes, dtype=tf.float32)
         return (x, y, batch_seed) if mix else (x, y)
 
     # Sequential maps: the Keras layers' seed generators are stateful, so order must not vary.
@@ -107,17 +89,24 @@ def make_dataset(
         dataset = dataset.map(transform)
     if mix:
         dataset = dataset.map(mix)
-    if training and teacher is not None:
+    if batching.training and teacher is not None:
         dataset = dataset.map(lambda x, y: (x, hard_targets(y, teacher(x, training=False))),
                               num_parallel_calls=PARALLEL_BATCHES, deterministic=True)
+    return dataset
+
+
+def finish(dataset, shard_policy):
+    """``dataset`` deterministic, with fixed parallelism (no autotuning), the given auto-shard policy for
+    tf.distribute, and batches prefetched."""
     options = tf.data.Options()
     options.deterministic = True
     options.autotune.enabled = False
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    options.experimental_distribute.auto_shard_policy = shard_policy
     return dataset.with_options(options).prefetch(PREFETCH_BATCHES)
 
 
-def _mixer(mixup, cutmix, seed):
+def mixer(mixup, cutmix, seed):
+    """A map that mixes (images, labels, seed) batches by MixUp or CutMix (one drawn per batch when both are on)."""
     layers = []
     if mixup:
         layers.append(keras.layers.MixUp(alpha=float(mixup), seed=seed))

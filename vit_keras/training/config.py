@@ -9,9 +9,9 @@ import dataclasses
 import numbers
 import os
 
-from vit_keras.constants import (AUGMENTATIONS, BOUNDS, DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS, PRECISIONS,
+from vit_keras.constants import (BOUNDS, DISTILLATIONS, INPUT_MODES, MICRO_BATCHES, OPTIMIZERS, PRECISIONS,
                                  STEPS_PER_EXECUTION, VAL_FRACTION)
-from vit_keras.data.array_pipeline import check_crop_scale
+from vit_keras.data.augmentation import Augmentation, check_crop_scale
 from vit_keras.models.configs import MODELS
 from vit_keras.training.backends import check_strategy
 from vit_keras.validation import check_choice, pair
@@ -59,7 +59,6 @@ RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "optimizer", "weight_dec
 # The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate", "distill")
-# (name, test, what the test asks) for the real-valued hyper-parameters.
 VERBOSITIES = ("auto", 0, 1, 2)  # model.fit's
 
 
@@ -98,7 +97,7 @@ def is_count(value):
 class TrainConfig:
     """Everything ``train`` needs to know but the output folder; every value is checked when it is made.
 
-    data: "fashion_mnist" | "tfds:NAME" | "folder:PATH".
+    data: "fashion_mnist" | "tfds:NAME" | "folder:PATH" | "shards:PATH" (written by `vit-keras prepare`).
     model_name: a named ViT (``vit_keras.MODELS``); None: the recipe's small ViT for the data's size.
     image_size: the model's input size (default: the data's, or the quick recipe's for it).
     recipe: the defaults (``RECIPES``) of the hyper-parameters left unset (None), from epochs to warmup_epochs;
@@ -122,6 +121,9 @@ class TrainConfig:
     limit, data_dir, val_fraction, seed: the data (the first ``limit`` examples of each split; tfds' folder; a
       folder dataset's held-out fraction; the shuffle, augmentation and initialization seed).
     backup_every: "epoch" or a number of steps between the backups a rerun resumes from.
+    input_mode: "auto" keeps data whose decoded images fit the memory budget in memory and streams larger
+      data from disk ("folder:PATH", "shards:PATH"; ``vit_keras.data.sources.memory_budget``); "memory" or
+      "stream" forces either.
     strategy: one of the Keras backend's (``vit_keras.constants.BACKEND_STRATEGIES``; ``vit_keras.training.strategies``).
     steps_per_execution: steps per call into the backend's compiled step: fewer Python round trips and callback
       syncs, the same results. Under tf.distribute strategies and on torch it is 1 (Keras 3.15's multi-step loop
@@ -162,6 +164,7 @@ class TrainConfig:
     data_dir: str | None = None
     val_fraction: float = VAL_FRACTION
     backup_every: int | str = "epoch"
+    input_mode: str = "auto"
     jit_compile: bool | str = True
     steps_per_execution: int = STEPS_PER_EXECUTION
     micro_batches: int = MICRO_BATCHES
@@ -252,7 +255,7 @@ class TrainConfig:
                 continue
             if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and test(value)):
                 raise ValueError(f"`{name}` must be {bounds}; got {value!r}.")
-        check_choice(self.augment, "augment", AUGMENTATIONS)
+        self.build_augmentation(self.augment, self.erase)  # checks augment, crop_scale, mixup, cutmix and erase
         check_choice(self.optimizer, "optimizer", OPTIMIZERS)
         check_choice(self.distill, "distill", DISTILLATIONS)
 
@@ -263,6 +266,7 @@ class TrainConfig:
             raise ValueError(f"`seed` must be an int >= 0; got {self.seed!r}.")
         if self.backup_every != "epoch" and not is_count(self.backup_every):
             raise ValueError(f"`backup_every` must be 'epoch' or a positive int (steps); got {self.backup_every!r}.")
+        check_choice(self.input_mode, "input_mode", INPUT_MODES)
         check_choice(self.jit_compile, "jit_compile", (True, False, "auto"))
         check_choice(self.verbose, "verbose", VERBOSITIES)
         check_choice(self.tensorboard, "tensorboard", (True, False))
@@ -286,6 +290,14 @@ class TrainConfig:
         if self.small_data_default("augment", train_examples):
             return RECIPES[self.recipe]["small_data_augment"]
         return self.augment
+
+    def build_augmentation(self, augment, erase, flip=True):
+        """The ``Augmentation`` of these settings with ``augment``, ``erase`` and ``flip`` as given."""
+        return Augmentation(augment, self.crop_scale, flip, self.mixup, self.cutmix, erase)
+
+    def augmentation_of(self, train_examples, flip=True):
+        """The run's ``Augmentation`` for ``train_examples`` images (``augmentation``, ``erasing``), with ``flip``."""
+        return self.build_augmentation(self.augmentation(train_examples), self.erasing(train_examples), flip)
 
     def erasing(self, train_examples):
         """The random-erasing probability the run uses: ``erase``, or on small data the recipe's

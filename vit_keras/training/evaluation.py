@@ -1,8 +1,29 @@
-"""Evaluate a classifier on arrays: loss, accuracy, a per-class table and the confusion matrix."""
+"""Evaluate a classifier on arrays or a stream: loss, accuracy, a per-class table and the confusion matrix.
 
+The batches are run one at a time and only sums are kept (loss, confusion counts), so a split streamed from disk
+(``vit_keras.data.sources``) is evaluated in the memory of a batch.
+"""
+
+import dataclasses
+
+import keras
 import numpy as np
 
-from vit_keras.inference.predict import predict
+from vit_keras.data.augmentation import NO_AUGMENTATION, Batching
+
+
+def model_batching(model, num_classes, batch_size):
+    """Evaluation batches at ``model``'s input size and channels, labels as class indices."""
+    height, width, channels = model.input_shape[1:]
+    return Batching(num_classes, (height, width), channels, batch_size, training=False, one_hot=False)
+
+
+def check_classes(model, class_names):
+    num_classes = int(model.output_shape[-1])
+    if len(class_names) != num_classes:
+        raise ValueError(f"The model has {num_classes} outputs but the data has {len(class_names)} classes "
+                         f"({', '.join(class_names[:5])}...).")
+    return num_classes
 
 
 def evaluate_arrays(model, images, labels, class_names, batch_size=256):
@@ -12,21 +33,47 @@ def evaluate_arrays(model, images, labels, class_names, batch_size=256):
     """
     from vit_keras.data.pipeline import make_dataset
 
-    height, width, channels = model.input_shape[1:]
-    num_classes = int(model.output_shape[-1])
-    if len(class_names) != num_classes:
-        raise ValueError(f"The model has {num_classes} outputs but the data has {len(class_names)} classes "
-                         f"({', '.join(class_names[:5])}...).")
-    dataset = make_dataset(images, labels, num_classes, image_size=(height, width), channels=channels,
-                           batch_size=batch_size, one_hot=False)
-    logits = np.asarray(predict(model, dataset), np.float64)
-    labels = np.asarray(labels, np.int64)
-    log_probs = logits - logits.max(1, keepdims=True)
-    log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
-    loss = float(-log_probs[np.arange(len(labels)), labels].mean())
-    predictions = logits.argmax(1)
+    batching = model_batching(model, check_classes(model, class_names), batch_size)
+    return evaluate_batches(model, make_dataset(images, labels, **dataclasses.asdict(batching)), class_names)
+
+
+def evaluate_source(model, source, batch_size=256):
+    """``evaluate_arrays`` of a stream source (``vit_keras.data.sources.list_split``), read batch by batch."""
+    batching = model_batching(model, check_classes(model, source.class_names), batch_size)
+    if keras.backend.backend() == "tensorflow":
+        from vit_keras.data.stream import stream_dataset
+
+        batches = stream_dataset(source, batching, NO_AUGMENTATION)
+    else:
+        from vit_keras.data.stream_batches import StreamBatches
+
+        batches = StreamBatches(source, batching, NO_AUGMENTATION)
+        batches = (batches[i] for i in range(len(batches)))
+    return evaluate_batches(model, batches, source.class_names)
+
+
+def evaluate_batches(model, batches, class_names):
+    """``evaluate_arrays``'s dict from (images, class indices) batches at the model's input."""
+    from vit_keras.inference.predict import predict_function
+
+    forward, num_classes = predict_function(model), len(class_names)
+    loss, count = 0.0, 0
     confusion = np.zeros((num_classes, num_classes), np.int64)
-    np.add.at(confusion, (labels, predictions), 1)
+    for x, y in batches:
+        logits = np.asarray(keras.ops.convert_to_numpy(forward(keras.ops.convert_to_tensor(x))), np.float64)
+        labels = np.asarray(keras.ops.convert_to_numpy(y), np.int64)
+        log_probs = logits - logits.max(1, keepdims=True)
+        log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
+        loss -= float(log_probs[np.arange(len(labels)), labels].sum())
+        count += len(labels)
+        np.add.at(confusion, (labels, logits.argmax(1)), 1)
+    if not count:
+        raise ValueError("There are no images to evaluate.")
+    return report(confusion, class_names, loss / count)
+
+
+def report(confusion, class_names, loss):
+    """The evaluation dict of a confusion matrix (rows: labels, columns: predictions) and the mean loss."""
     per_class = []
     for i, name in enumerate(class_names):
         support, predicted, correct = confusion[i].sum(), confusion[:, i].sum(), confusion[i, i]
@@ -35,8 +82,9 @@ def evaluate_arrays(model, images, labels, class_names, batch_size=256):
         f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
         per_class.append(dict(name=name, support=int(support), precision=float(precision), recall=float(recall),
                               f1=float(f1)))
-    return dict(loss=loss, accuracy=float((predictions == labels).mean()), examples=len(labels),
-                per_class=per_class, confusion=confusion)
+    examples = int(confusion.sum())
+    return dict(loss=loss, accuracy=float(np.trace(confusion) / examples), examples=examples, per_class=per_class,
+                confusion=confusion)
 
 
 def format_report(result):
@@ -48,4 +96,3 @@ def format_report(result):
         lines.append(f"{row['name']:<{width}}  {row['precision']:>9.4f}  {row['recall']:>7.4f}  {row['f1']:>6.4f}  "
                      f"{row['support']:>7d}")
     return "\n".join(lines)
-

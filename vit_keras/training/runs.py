@@ -131,6 +131,11 @@ def backup_dir(out_dir, worker=None):
     return os.path.join(work_dir(out_dir, worker), "backup")
 
 
+def resume_epoch(out_dir, worker=None):
+    """The epoch a rerun resumes at (the backup's ``keras.callbacks.BackupAndRestore`` metadata), else 0."""
+    return int(read_json(os.path.join(backup_dir(out_dir, worker), "training_metadata.json")).get("epoch", 0))
+
+
 def worker_names(out_dir):
     """The non-chief tasks that have written into ``out_dir`` (``worker-1``, ...)."""
     return [name[1:] for name in os.listdir(out_dir) if name.startswith(".worker-")]

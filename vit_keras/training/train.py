@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -32,12 +33,11 @@ import numpy as np
 from vit_keras import framework
 from vit_keras.constants import OPTIMIZERS, PRECISIONS
 from vit_keras.data import flip_check
-from vit_keras.data.array_pipeline import make_batches
-from vit_keras.data.datasets import folder_image_size, load_dataset
+from vit_keras.data.datasets import folder_image_size
 from vit_keras.factory import create_model
 from vit_keras.models.layers import register
 from vit_keras.models.vision_transformer import VisionTransformer, load_model, resize_model
-from vit_keras.training import distill, runs, strategies
+from vit_keras.training import distill, inputs, runs, strategies
 from vit_keras.training.config import RECIPE_SIDES, RECIPES, TrainConfig, check_weights, is_saved_model
 from vit_keras.training.finetune import with_image_size
 # Re-exported: callers catch NonFiniteLoss and read the recipe's rule and the choice of devices from here.
@@ -126,11 +126,19 @@ def recipe_image_size(data_size, recipe="quick"):
             return (candidate, candidate), patch
 
 
-def build_model_to_train(num_classes, channels, data_size, model_name=None, image_size=None, recipe="quick",
-                drop_path=0.0, weights=None, seed=0, overrides=None):
-    """The model to train: a named ViT (``model_name``) or the recipe's small ViT, taking raw 0-255 pixels."""
-    keras.utils.set_random_seed(seed)
-    overrides = dict(overrides or {})
+def build_model_to_train(num_classes, channels, data_size, config=None, image_size=None, **settings):
+    """The model ``config`` (a ``TrainConfig``; default: one of ``settings``, its keywords) trains, taking raw
+    0-255 pixels: its named ViT (``model_name``, with ``weights`` and ``model_overrides``), its saved model, or the
+    recipe's small ViT for data of ``data_size`` (h, w) with ``channels``. ``image_size``: the input (default
+    ``config``'s)."""
+    if config is None:
+        config = TrainConfig(settings.pop("data", "fashion_mnist"), **settings)
+    elif settings:
+        raise ValueError(f"build_model_to_train takes a `config` or settings, not both; got {sorted(settings)}.")
+    image_size = config.image_size if image_size is None else image_size
+    model_name, recipe, drop_path, weights = config.model_name, config.recipe, config.drop_path, config.weights
+    keras.utils.set_random_seed(config.seed)
+    overrides = dict(config.model_overrides or {})
     if "pooling" in overrides:  # a class token where its pooling reads one, unless asked otherwise
         overrides.setdefault("class_token", overrides["pooling"] == "token")
     common = dict(num_classes=num_classes, channels=channels, include_preprocessing=True, drop_path=drop_path)
@@ -144,10 +152,10 @@ def build_model_to_train(num_classes, channels, data_size, model_name=None, imag
             patch = recipe_patch(max(size), grid)
             if any(side % patch for side in size):  # e.g. 21 or 30: the largest whole patch, a grid a bit finer
                 patch = next(p for p in range(max(max(size) // grid[0], 1), 0, -1) if not any(s % p for s in size))
-        config = {**RECIPES[recipe]["model"], "patch_size": patch, **overrides}
-        if config.get("stem") == "conv" and config["patch_size"] & (config["patch_size"] - 1):
-            config["stem"] = None  # the conv stem halves per conv: plain patch embedding for other patches
-        return VisionTransformer(image_size=size, name="vit_quick", **config, **common)
+        settings = {**RECIPES[recipe]["model"], "patch_size": patch, **overrides}
+        if settings.get("stem") == "conv" and settings["patch_size"] & (settings["patch_size"] - 1):
+            settings["stem"] = None  # the conv stem halves per conv: plain patch embedding for other patches
+        return VisionTransformer(image_size=size, name="vit_quick", **settings, **common)
     return create_model(model_name, image_size=image_size or data_size, weights=weights, **common, **overrides)
 
 
@@ -198,7 +206,7 @@ def train_with_config(config, out_dir):
     with strategies.scope(dist):
         model, steps_per_epoch, micro = build_for_fit(config, train_data, dist)
     record = config.record(model.get_config(), train_data.class_names, steps_per_epoch, micro,
-                           strategies.replica_count(dist), len(train_data.images), len(val_data.images),
+                           strategies.replica_count(dist), len(train_data), len(val_data),
                            len(train_data.skipped) + len(val_data.skipped))
     chief, task = worker_role(dist)
     finished = runs.start_run(out_dir, record, chief)
@@ -218,24 +226,22 @@ def train_with_config(config, out_dir):
 
 
 def load_splits(config):
-    """The training and validation data, decoded at the model's size where it is known beforehand."""
-    sources = dict(limit=config.limit, seed=config.seed, data_dir=config.data_dir, val_fraction=config.val_fraction,
-                   image_size=decode_size(config.data, config.model_name, config.image_size, config.weights,
-                                          config.recipe))
-    train_data, val_data = load_dataset(config.data, "train", **sources), load_dataset(config.data, "val", **sources)
-    for split, data in (("training", train_data), ("validation", val_data)):
-        print(f"{split}: {len(data.labels):,} images of {config.data}" + (f", {data.source}" if data.source else ""))
-    return train_data, val_data
+    """The training and validation data (in memory, or streamed: ``vit_keras.training.inputs.load_splits``),
+    decoded at the model's size where it is known beforehand."""
+    return inputs.load_splits(config, decode_size(config.data, config.model_name, config.image_size, config.weights,
+                                                  config.recipe))
 
 
 def choose_flips(config, train_data):
     """Left-right flips for ``config.augment``, unless the flip rule (``vit_keras.data.flip_check``) finds that they
     change this data's labels: then the recipe's flips are turned off, and flips asked for get a warning."""
-    augment = config.augmentation(len(train_data.labels))
-    if augment == "none" or len(train_data.labels) < 20:  # too few images to tell
+    augment = config.augmentation(len(train_data))
+    if augment == "none" or len(train_data) < 20:  # too few images to tell
         return augment != "none"
 
-    keep, plain, flipped = flip_check.flips_keep_labels(train_data.images, train_data.labels, config.seed)
+    images, labels = ((train_data.images, train_data.labels) if not inputs.is_streamed(train_data) else
+                      train_data.sample(flip_check.STREAM_PROBE_IMAGES, config.seed))
+    keep, plain, flipped = flip_check.flips_keep_labels(images, labels, config.seed)
     if keep:
         return True
     if "augment" in config.from_recipe:
@@ -249,14 +255,16 @@ def choose_flips(config, train_data):
 
 def build_for_fit(config, train_data, dist):
     """(model, steps per epoch, micro-batches its steps use): the model built and compiled in ``dist``'s scope."""
-    num_classes = train_data.num_classes
-    model = build_model_to_train(num_classes, train_data.images.shape[-1], train_data.images.shape[1:3], config.model_name,
-                        config.image_size, config.recipe, config.drop_path, config.weights, config.seed,
-                        config.model_overrides)
-    if len(train_data.images) < config.batch_size:
-        raise ValueError(f"`batch_size`={config.batch_size} is larger than the {len(train_data.images)} "
+    num_classes, (height, width, channels) = train_data.num_classes, train_data.image_shape
+    fixed = inputs.fixed_size(config.data, train_data) if config.model_name is None else None
+    image_size = config.image_size or fixed  # the recipe's ViT trains on shards at their size
+    model = build_model_to_train(num_classes, channels, (height, width), config, image_size)
+    inputs.check_model_size(config.data, train_data, model)
+    if len(train_data) < config.batch_size:
+        raise ValueError(f"`batch_size`={config.batch_size} is larger than the {len(train_data)} "
                          "training images; use a smaller batch size.")
-    steps_per_epoch = config.steps_per_epoch(len(train_data.images))
+    steps_per_epoch = (inputs.stream_steps(config, train_data, dist) if inputs.is_streamed(train_data) else
+                       config.steps_per_epoch(len(train_data)))
     total = steps_per_epoch * config.epochs
     schedule = WarmupCosine(config.learning_rate, total, min(int(steps_per_epoch * config.warmup_epochs), total))
     single_device, backend = not strategies.is_distributed(dist), keras.backend.backend()
@@ -279,14 +287,16 @@ def make_teacher(config, vit, out_dir, train_data, val_data, chief=True):
     """The CNN teacher of a distilling run (``TrainConfig.distills``), trained on the un-augmented training images
     at the ViT's input (or the run folder's, when resuming; the chief saves it); None when the run does not
     distill. Every worker trains the same teacher: the same data, seed and steps."""
-    if not config.distills(len(train_data.images)):
+    if not config.distills(len(train_data)):
         return None
 
     def train_teacher():
         # Under a distribution strategy the teacher trains on this process's default device: its labels are made
         # by the input pipeline, outside the replicated step.
         plain = dataclasses.replace(config, augment="none", mixup=0.0, cutmix=0.0, erase=0.0)
-        batches, val_batches = input_pipelines(vit, plain, train_data, val_data, steps_per_epoch=config.teacher_steps)
+        batches, val_batches = inputs.input_pipelines(vit, plain, train_data, val_data,
+                                                      plain.build_augmentation("none", 0.0, flip=False),
+                                                      steps_per_epoch=config.teacher_steps)
         return distill.train_teacher(batches, (*vit["image_size"], vit["channels"]), train_data.num_classes,
                                      config.teacher_steps, config.seed, val_batches)
 
@@ -297,21 +307,29 @@ def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=N
     """``model.fit`` for ``steps`` steps an epoch (``build_for_fit``'s) with the run folder's callbacks (``worker``:
     a non-chief task's name) on ``dist`` (a strategy of ``vit_keras.training.strategies``), the targets mixed with
     ``teacher``'s labels where there is one (``vit_keras.training.distill``); returns its seconds."""
-    count = len(train_data.images)
-    repeated = config.repeats_data(count)
+    count, streamed = len(train_data), inputs.is_streamed(train_data)
+    repeated = config.repeats_data(count) and not streamed
+    augmentation = config.augmentation_of(count, choose_flips(config, train_data))
     if repeated:
         print(f"step floor: {config.epochs} epochs of {steps} steps ({config.epochs * steps:,} steps, "
               f"min_steps {config.min_steps:,}), {steps * config.batch_size / count:.1f} passes over the training "
-              f"images an epoch; augment {config.augmentation(count)!r}, erase {config.erasing(count)}")
-    train_ds, val_ds = input_pipelines(model.get_config(), config, train_data, val_data, dist,
-                                       steps if repeated else None, teacher)
+              f"images an epoch; augment {augmentation.augment!r}, erase {augmentation.erase}")
+    train_ds, val_ds = inputs.input_pipelines(model.get_config(), config, train_data, val_data, augmentation, dist,
+                                              steps if repeated or streamed else None, teacher,
+                                              runs.resume_epoch(out_dir, worker) if streamed else 0)
     callbacks = runs.make_callbacks(out_dir, config.batch_size, worker, config.backup_every,
                                     config.tensorboard and worker is None)
     start = time.perf_counter()
-    with strategies.fit_scope(dist):
+    with strategies.fit_scope(dist), warnings.catch_warnings():
+        # A streamed validation split's size is known once read (unreadable files are skipped): Keras warns at its
+        # end. The training stream has no end.
+        warnings.filterwarnings("ignore", "Your input ran out of data")
         model.fit(train_ds, validation_data=val_ds, epochs=config.epochs, callbacks=callbacks,
-                  steps_per_epoch=steps if repeated else None, verbose=fit_verbosity(config.verbose),
+                  steps_per_epoch=steps if repeated or streamed else None, verbose=fit_verbosity(config.verbose),
                   shuffle=False)  # the pipeline shuffles, seeded
+    skipped = train_data.skipped + val_data.skipped
+    if streamed and skipped:
+        print(f"skipped {len(skipped):,} unreadable image(s) while streaming, e.g. {skipped[0][0]}")
     return time.perf_counter() - start
 
 
@@ -322,34 +340,6 @@ def fit_verbosity(verbose, stream=None):
         return verbose
     stream = sys.stdout if stream is None else stream
     return 1 if getattr(stream, "isatty", lambda: False)() else 2
-
-
-def input_pipelines(vit, config, train_data, val_data, dist=None, steps_per_epoch=None, teacher=None):
-    """(training, validation) batches at the model's input: tf.data under TensorFlow, else NumPy batches (each
-    process its rows of every global batch). DataParallel needs every batch split evenly over its devices, so
-    the validation set ends at a multiple of the device count (fewer than that many images are left out).
-    ``steps_per_epoch``: epochs longer than a pass (the step floor): the training data repeats. ``teacher``: its
-    labels are mixed into the training targets (``vit_keras.training.distill``)."""
-    options = dict(num_classes=train_data.num_classes, image_size=vit["image_size"], channels=vit["channels"],
-                   seed=config.seed, batch_size=config.batch_size)
-    augment = dict(augment=config.augmentation(len(train_data.images)), crop_scale=config.crop_scale,
-                   mixup=config.mixup, cutmix=config.cutmix, erase=config.erasing(len(train_data.images)),
-                   flip=choose_flips(config, train_data), teacher=teacher)
-    if keras.backend.backend() == "tensorflow":
-        from vit_keras.data.pipeline import make_dataset
-
-        return (make_dataset(train_data.images, train_data.labels, training=True,
-                             repeat=steps_per_epoch is not None, **augment, **options),
-                make_dataset(val_data.images, val_data.labels, **options))
-
-    shard = strategies.process_shard(dist)
-    val_images, val_labels = val_data.images, val_data.labels
-    if strategies.is_distributed(dist):
-        count = len(val_images) - len(val_images) % config.batch_size % strategies.replica_count(dist)
-        val_images, val_labels = val_images[:count], val_labels[:count]
-    return (make_batches(train_data.images, train_data.labels, training=True, shard=shard,
-                         batches_per_epoch=steps_per_epoch, **augment, **options),
-            make_batches(val_images, val_labels, shard=shard, **options))
 
 
 def _prebuild(model, batch_size, num_classes):

@@ -1,0 +1,32 @@
+"""`vit-keras prepare`: write a folder of images as shards that training streams fast (`--data shards:DIR`)."""
+
+HELP = "Decode and resize a folder of images once into TFRecord shards that `train --data shards:DIR` streams."
+
+from vit_keras.constants import SHARD_ENCODINGS
+
+
+def add_arguments(parser):
+    parser.add_argument("--data", required=True,
+                        help="folder:PATH: one sub-folder per class, or train/ (val/, test/) folders of them")
+    parser.add_argument("--out", required=True, help="a new or empty folder for the shards and their shards.json")
+    parser.add_argument("--image-size", type=int, required=True,
+                        help="the side the images are resized to: the input size of the model that trains on them")
+    parser.add_argument("--encoding", choices=SHARD_ENCODINGS, default="png",
+                        help="png (default): exactly the pixels training decodes from the folder; jpeg: smaller, lossy")
+    parser.add_argument("--images-per-shard", type=int, default=None, help="images in each shard file (default 1024)")
+    parser.add_argument("--val-fraction", type=float, default=0.1,
+                        help="the held-out fraction of a folder without val/ or test/ folders (as `train` holds out)")
+    parser.add_argument("--seed", type=int, default=0, help="the held-out part's seed, and the images' order")
+
+
+def run(args):
+    from vit_keras.data.prepare import IMAGES_PER_SHARD, prepare
+
+    manifest = prepare(args.data, args.out, args.image_size, seed=args.seed, val_fraction=args.val_fraction,
+                       encoding=args.encoding, images_per_shard=args.images_per_shard or IMAGES_PER_SHARD)
+    counts = ", ".join(f"{name} {sum(entry['counts']):,} images in {len(entry['files'])} file(s)"
+                       for name, entry in manifest["splits"].items())
+    print(f"Wrote shards of {args.data} at {args.image_size}x{args.image_size} to {args.out}: {counts}"
+          + (f"; skipped {len(manifest['skipped'])} unreadable image(s)" if manifest["skipped"] else "")
+          + f". Train on them with --data shards:{args.out}")
+    return 0
