@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/int8_zoo.py --cache zoo_models # the full zoo (hours of training, cached)
 
 Each zoo model is trained on Fashion-MNIST (or loaded from ``--cache``), exported to float32 and to int8 by
-our exporter (with and without LayerNorm smoothing, and with ``min_agreement``), and the same float32 file is
+our exporter (the default, dynamic activations; static, with and without LayerNorm smoothing, and with
+``min_agreement``), and the same float32 file is
 quantized by ai-edge-quantizer (``pip install ai-edge-quantizer==0.10.0``; its rows are skipped without it).
 Agreement and accuracy are measured on test images that neither training nor calibration saw; latency is
 LiteRT's, batch 1, both runtimes, 1 and 2 threads, as a ratio to our float32 file.
@@ -170,8 +171,9 @@ def zoo_rows(name, keras_path, calibration, test, test_labels, folder, runs):
     reference = keras_scores(model, test)
     rows = {"keras": {"accuracy": float(np.mean(reference.argmax(-1) == test_labels))}}
     files = {"float32": dict(quantize="float32"), "ours int8": dict(quantize="int8", calibration=calibration),
+             "ours int8 static": dict(quantize="int8", calibration=calibration, int8_activations="static"),
              f"ours int8 sweep {TARGET}": dict(quantize="int8", calibration=everything, min_agreement=TARGET,
-                                               calibration_size=len(everything))}
+                                               calibration_size=len(everything), int8_activations="static")}
     for variant, settings in files.items():
         path = os.path.join(folder, f"{name}_{variant.replace(' ', '_')}.tflite")
         summary = export_tflite(model, path, labels=[str(i) for i in range(model.vit_config["num_classes"])],
@@ -179,7 +181,7 @@ def zoo_rows(name, keras_path, calibration, test, test_labels, folder, runs):
         rows[variant] = measure(path, reference, test_labels, test, runs)
         if "sweep" in summary:
             rows[variant]["kept"] = kept_in_float(summary["sweep"])
-    rows["ours int8, no smoothing"] = no_smoothing_row(model, calibration, test, reference, folder)
+    rows["ours int8 static, no smoothing"] = no_smoothing_row(model, calibration, test, reference, folder)
     try:
         import ai_edge_quantizer  # noqa: F401
     except ImportError:

@@ -8,6 +8,8 @@ here the converter gets it as builtin ops, so the device draws the map from its 
 import numpy as np
 import tensorflow as tf
 
+ROLLOUT_ADD = "attention_rollout"  # the rollout's ADD nodes: int8 keeps them in float
+
 
 def readout_row(weights, prefix, gap):
     """The row of one head's attention (B, queries, T) that the prediction reads: the class token's, or under
@@ -44,9 +46,9 @@ def rollout_graph(model, maps, token_weights=None):
         parts = [readout_row(w, prefix, gap) for w in heads] if row is None else [tf.matmul(row, w) for w in heads]
         total = parts[0]
         for part in parts[1:]:
-            total = tf.add(total, part, name="rollout_graph")
+            total = tf.add(total, part, name=ROLLOUT_ADD)
         identity = tf.constant(0.5 * start) if row is None else row * 0.5
-        row = tf.add(total * (0.5 / len(heads)), identity, name="rollout_graph")
+        row = tf.add(total * (0.5 / len(heads)), identity, name=ROLLOUT_ADD)
     batch = row.shape[0]  # the patches' columns (a SLICE at a static batch, as token_slice does for rows)
     patches = row[:, :, prefix:] if batch is None else tf.slice(row, [0, 0, prefix], [batch, 1, tokens - prefix])
     return tf.reshape(patches, (-1, *encoder.grid_size))

@@ -20,11 +20,11 @@ from vit_keras.validation import check_keywords
 from . import metadata as tflite_metadata
 from .attention_output import ATTENTION_LABELS, attention_labels, attention_metadata
 from .graph import check_vit, takes_raw_pixels
-from .int8 import INT8_FLOAT_OPS, split_float_ops
+from .int8 import check_int8_options, resolve_int8, split_float_ops
 from .runtime_version import describe as describe_runtime
 from .runtime_version import required_runtime
 from .sensitivity import check_min_agreement, convert_fewest_float_ops
-from .tflite import calibration_images, check_litert_runs, check_ranges, convert, load_vit
+from .tflite import calibration_images, check_litert_runs, convert, load_vit
 
 METADATA_FIELDS = ("name", "description", "version", "license", "author")  # classifier_metadata's keywords
 BYTES_PER_WEIGHT = {"float32": 4, "float16": 2, "dynamic": 1, "int8": 1}
@@ -113,35 +113,46 @@ def check_metadata_keywords(metadata_fields):
         raise TypeError(f"{error} Metadata fields (stored in the file), valid: {', '.join(METADATA_FIELDS)}.") from None
 
 
-def export_tflite(model, out, quantize="float32", calibration=None, labels=None, dynamic_batch=False,
-                  calibration_size=DEFAULT_CALIBRATION_IMAGES, float_ops=INT8_FLOAT_OPS, min_agreement=None,
-                  attention_output=False, ranges="mse", **metadata_fields):
-    """Export ``model`` (a .keras path or a VisionTransformer) to ``out``; returns a summary dict.
-
-    labels: a list, a file path, or None for labels.txt beside the .keras file.
-    calibration: a data spec or uint8 images (N, H, W, C); required for int8.
-    float_ops: the TFLite op types (or dense roles: ``split_float_ops``) int8 keeps in float, besides the residual
-      stream and a conv stem (any set but () keeps those too, as ``convert.sensitivity`` measures); () gives a plain
-      full-int8 graph.
-    min_agreement: int8 only; instead of ``float_ops``, keep the fewest ops in float whose top-1 agreement with
-      Keras on a held-out part of the calibration images is at least this (``held_out_count`` of them, never
-      calibrated on); the summary's "sweep" holds the rows tried (agreement, size, latency).
-    attention_output: a second output, (1, grid_h, grid_w): the attention rollout from the token the prediction
-      reads to the patches (``attention_output.rollout_graph``), named "attention" in the metadata.
-    """
+def check_export_options(quantize, metadata_fields, calibration_size, float_ops, min_agreement, attention_output,
+                         ranges, int8_activations):
+    """Every export option checked before any model or data loads."""
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
     check_metadata_keywords(metadata_fields)
-    check_ranges(ranges)
+    check_int8_options(int8_activations, float_ops, ranges, min_agreement)
     if quantize == "int8" and (calibration_size is None or int(calibration_size) < MIN_CALIBRATION_IMAGES):
         raise ValueError(f"`calibration_size` must be at least {MIN_CALIBRATION_IMAGES} (int8 calibrates on that "
                          f"many real images; {DEFAULT_CALIBRATION_IMAGES} by default); got {calibration_size}.")
     if attention_output and min_agreement is not None:
         raise ValueError("`attention_output` and `min_agreement` do not combine: the float-ops sweep measures the "
                          "classifier alone; export with `float_ops` instead.")
-    split_float_ops(float_ops)  # a bad role fails here, before any conversion
+    split_float_ops(float_ops or ())  # a bad role fails here, before any conversion
     if min_agreement is not None:
         check_min_agreement(min_agreement, quantize, calibration_size)
+
+
+def export_tflite(model, out, quantize="float32", calibration=None, labels=None, dynamic_batch=False,
+                  calibration_size=DEFAULT_CALIBRATION_IMAGES, float_ops=None, min_agreement=None,
+                  attention_output=False, ranges=None, int8_activations="auto", **metadata_fields):
+    """Export ``model`` (a .keras path or a VisionTransformer) to ``out``; returns a summary dict.
+
+    labels: a list, a file path, or None for labels.txt beside the .keras file.
+    calibration: a data spec or uint8 images (N, H, W, C); required for int8.
+    int8_activations: "dynamic": int8 weights, each dense layer's input rounded to int8 a token at a time as it
+      runs (``dynamic_int8``; TFLite 2.17+); "static": full integer, one scale a tensor fixed at calibration
+      (TFLite 2.9+); "auto" (default): ``int8.resolve_int8`` picks, dynamic for models from ViT-Ti's width up.
+    float_ops: static int8 only; the TFLite op types (or dense roles: ``split_float_ops``) kept in float, besides
+      the residual stream and a conv stem (any set but () keeps those too, as ``convert.sensitivity`` measures);
+      () gives a plain full-int8 graph; None: ``int8.INT8_FLOAT_OPS``.
+    min_agreement: static int8 only; instead of ``float_ops``, keep the fewest ops in float whose top-1 agreement
+      with Keras on a held-out part of the calibration images is at least this (``held_out_count`` of them, never
+      calibrated on); the summary's "sweep" holds the rows tried (agreement, size, latency).
+    ranges: static int8 only; "mse" (None) or "minmax" (``tflite.convert_graph``).
+    attention_output: a second output, (1, grid_h, grid_w): the attention rollout from the token the prediction
+      reads to the patches (``attention_output.rollout_graph``), named "attention" in the metadata.
+    """
+    check_export_options(quantize, metadata_fields, calibration_size, float_ops, min_agreement, attention_output,
+                         ranges, int8_activations)
     out = check_output_path(out)
     if isinstance(model, (str, os.PathLike)):
         if labels is None:
@@ -161,12 +172,14 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     if len(labels) != num_classes:
         raise ValueError(f"`labels` has {len(labels)} names but the model has {num_classes} classes.")
     if quantize == "int8":
+        int8_activations, float_ops, ranges = resolve_int8(model, int8_activations, float_ops, ranges, min_agreement)
         calibration = calibration_images(calibration, model, limit=calibration_size)
     sweep = None
     if min_agreement is not None:
         model_bytes, sweep = convert_fewest_float_ops(model, calibration, dynamic_batch, min_agreement, ranges)
     else:
-        model_bytes = convert(model, quantize, calibration, dynamic_batch, float_ops, attention_output, ranges)
+        model_bytes = convert(model, quantize, calibration, dynamic_batch, float_ops, attention_output, ranges,
+                              int8_activations)
     detail = check_litert_runs(model_bytes, quantize)
     meta = classifier_metadata(model, labels, quantize, detail["dtype"], **metadata_fields)
     files = {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"}

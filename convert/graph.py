@@ -74,15 +74,18 @@ def numpy(variable):
 def layer_norm(layer, x, smooth=None):
     """LayerNormalization over the last axis with only int8-friendly builtin ops.
 
-    smooth: a per-channel factor the output is divided by (gamma and beta absorb it; ``norm_scales``)."""
+    smooth: a per-channel factor the output is divided by (gamma and beta absorb it; ``smoothing``)."""
     mean = tf.reduce_mean(x, axis=-1, keepdims=True)
     centred = x - mean
     variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
-    y = centred * tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
+    inverse = tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
     gamma, beta = numpy(layer.gamma), numpy(layer.beta)
-    if smooth is not None:
-        gamma, beta = gamma / smooth, beta / smooth
-    return tf.add(y * tf.constant(gamma), tf.constant(beta), name=LAYERNORM_SHIFT)
+    if smooth is None:
+        return tf.add(centred * inverse * tf.constant(gamma), tf.constant(beta), name=LAYERNORM_SHIFT)
+    # Scaled before the rsqrt's MUL: a constant MUL next to the FULLY_CONNECTED is folded into its kernel by the
+    # converter, which would undo the smoothing before int8 sees it. The shift's ADD may fold: it is no range.
+    return tf.add((centred * tf.constant(gamma / smooth)) * inverse, tf.constant(beta / smooth),
+                  name=LAYERNORM_SHIFT)
 
 
 def group_norm(layer, x):
@@ -141,7 +144,7 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
     output is SPLIT into heads, then into q, k, v (a SPLIT into more than 4 outputs is not delegated).
     query_tokens: compute the outputs for the first k queries alone, as the layer does.
     observe: called eagerly as observe(attn, head, q, k, v) (the calibration pass of ``qkv_scales``).
-    row_scale: the preceding LayerNorm's smoothing factor (``norm_scales``), undone on the qkv kernel's rows.
+    row_scale: the preceding LayerNorm's smoothing factor (``smoothing``), undone on the qkv kernel's rows.
     maps: a list that gets this layer's attention weights appended, one (B, queries, T) tensor a head.
     """
     d = x.shape[-1]
@@ -258,37 +261,11 @@ def qkv_scales(model, images, batch_size=50):
     return scales
 
 
-def norm_scales(model, images, alpha=0.5, batch_size=50):
-    """Per block LayerNorm, the per-channel factor s that smooths its output for the int8 FULLY_CONNECTED after it.
-
-    SmoothQuant (Xiao et al., 2023): LayerNorm outputs carry a few outlier channels that stretch the one int8
-    scale of the next layer's input. Dividing gamma and beta by s, and multiplying the next kernel's input rows
-    by s, is exact in float and moves that range into the weights (int8 per output channel):
-    s_j = max|x_j|^alpha / max|W_j|^(1 - alpha), x over ``images`` (uint8, N, H, W, C), W the next kernel.
-    """
-    ranges, kernels = {}, {}
-    for block in model.blocks:
-        kernels[block.norm1.path], kernels[block.norm2.path] = numpy(block.attn.qkv.kernel), numpy(block.fc1.kernel)
-
-    def observe_norm(norm, y):
-        ranges[norm.path] = np.maximum(ranges.get(norm.path, 0.0), np.abs(y.numpy()).reshape(-1, y.shape[-1]).max(0))
-
-    rgb = np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else np.asarray(images)
-    for start in range(0, len(rgb), batch_size):
-        forward(model, tf.constant(rgb[start:start + batch_size], tf.float32), raw_pixels=True,
-                observe_norm=observe_norm)
-    scales = {}
-    for path, seen in ranges.items():
-        weight = np.abs(kernels[path]).max(axis=1)
-        s = np.maximum(seen, 1e-5) ** alpha / np.maximum(weight, 1e-5) ** (1 - alpha)
-        scales[path] = (s / np.exp(np.log(s).mean())).astype("float32")  # geometric mean 1: the overall scale stays
-    return scales
-
-
 def transformer_block(block, z, scales=None, observe=None, norm_scales=None, observe_norm=None, maps=None):
-    """Eq. 2-3. norm_scales: {LayerNorm path: smoothing factor} (``norm_scales``); observe_norm(norm, output);
-    maps: a list that gets the block's attention weights appended (``attention``)."""
-    smooth1, smooth2 = ((norm_scales or {}).get(norm.path) for norm in (block.norm1, block.norm2))
+    """Eq. 2-3. norm_scales: {layer path: smoothing factor} of the inputs of the dense layers after norm1, norm2
+    and the GELU (keyed by fc2's path; ``smoothing.smoothing_scales``); observe_norm(layer, its output or, for
+    fc2, its input); maps: a list that gets the block's attention weights appended (``attention``)."""
+    smooth1, smooth2, smooth3 = ((norm_scales or {}).get(layer.path) for layer in (block.norm1, block.norm2, block.fc2))
     normed = layer_norm(block.norm1, z, smooth1)
     if observe_norm is not None:
         observe_norm(block.norm1, normed)
@@ -299,8 +276,14 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
         observe_norm(block.norm2, normed)
     fc1_kernel = numpy(block.fc1.kernel) * (1.0 if smooth2 is None else smooth2[:, None])
     hidden = tf.nn.gelu(dense(block.fc1, normed, "mlp_in", kernel=fc1_kernel), approximate=block.gelu_approximate)
+    if observe_norm is not None:
+        observe_norm(block.fc2, hidden)
+    fc2_kernel = None
+    if smooth3 is not None:  # a (1, 1, D) constant: the converter folds a 1-D one into the next layer's kernel
+        hidden = tf.multiply(hidden, tf.constant((1 / smooth3).reshape(1, 1, -1)), name="gelu_smooth")
+        fc2_kernel = numpy(block.fc2.kernel) * smooth3[:, None]
     # named: int8 keeps the residual stream in float
-    return tf.add(z, dense(block.fc2, hidden, "mlp_out"), name=RESIDUAL)
+    return tf.add(z, dense(block.fc2, hidden, "mlp_out", kernel=fc2_kernel), name=RESIDUAL)
 
 
 def takes_raw_pixels(model, quantize):
@@ -317,7 +300,7 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
     raw_pixels=True: images are 0-255 pixels, normalized here (``takes_raw_pixels``); False: already
     normalized as (x - mean) / std with the model's one mean and std.
     qkv_scales: {attention layer path: per-head (alpha, beta)} for the int8 graph's fused qkv.
-    norm_scales: {LayerNorm path: per-channel factor} smoothing the blocks' LayerNorm outputs (``norm_scales``).
+    norm_scales: {layer path: per-channel factor} smoothing the blocks' dense inputs (``transformer_block``).
     attention_maps: a list that gets each block's per-head attention weights appended, first block first.
     token_weights: a list that gets sequence pooling's token weights appended (``readout``).
     """

@@ -1,7 +1,7 @@
-"""Which ops an int8 file keeps in float, and the quantization that keeps them there.
+"""Which int8 a model gets (``resolve_int8``: dynamic or static), which ops a static int8 file keeps in float,
+and the quantization that keeps them there.
 
-    from vit_keras import framework
-from vit_keras.convert.int8 import quantize_int8, default_float_nodes
+    from vit_keras.convert.int8 import quantize_int8, default_float_nodes
     int8_bytes = quantize_int8(calibrated, float_nodes=default_float_nodes(model, calibrated))
 
 ``calibrated`` is the converter's calibrated float graph (``export.convert_graph(model, "int8", images)``). Op
@@ -12,11 +12,14 @@ import functools
 import re
 
 from vit_keras import framework
+from vit_keras.constants import INT8_ACTIVATIONS, INT8_RANGES
 from vit_keras.models.stems import ResNetV2Stem
 
 from .graph import (ATTENTION_MASK, DENSE_ROLES, GROUPNORM_SHIFT, LAYERNORM_SHIFT, POSITION_ADD, RESIDUAL, STEM_POOL,
-                    STEM_RESIDUAL, norm_count)
+                    STEM_RESIDUAL, fusable_heads, norm_count, qkv_scales)
+from .attention_output import ROLLOUT_ADD, rollout_output_names
 from .half_tables import store_in_half
+from .smoothing import smoothing_scales
 
 # int8 keeps these ops in float. BATCH_MATMUL, SOFTMAX, GELU, RSQRT: XNNPACK has no int8
 # kernel for them, so in int8 each one splits the graph and runs on slow single-threaded
@@ -35,6 +38,7 @@ from .half_tables import store_in_half
 INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL", "CONCATENATION", "SLICE",
                   "SPLIT")
 INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op in XNNPACK
+DYNAMIC_MIN_WIDTH = 192  # "auto" int8 is dynamic from this width (ViT-Ti) up (``resolve_int8``)
 INT8_FLOAT_NODES = ("layernorm_epsilon",)  # with RSQRT: LayerNorm's variance + epsilon
 LAYOUT_OPS = ("RESHAPE", "PAD")  # int8 keeps them in float where they don't read the input (``layout_nodes``)
 
@@ -147,3 +151,59 @@ def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_no
                                          denylisted_nodes=nodes)
     quantized = tf_util.modify_model_io_type(quantized, tf.uint8, tf.float32)
     return store_in_half(quantized, nodes_named(quantized, "ADD", (POSITION_ADD,))) if half_table else quantized
+
+
+def check_int8_options(activations, float_ops=None, ranges=None, min_agreement=None):
+    """ValueError for an unknown `int8_activations` or `ranges`, or for static int8's options asked of dynamic int8,
+    which keeps no ops in float and calibrates no ranges."""
+    if activations not in INT8_ACTIVATIONS:
+        raise ValueError(f"Unknown `int8_activations`={activations!r} (--int8-activations); valid values are "
+                         f"{', '.join(INT8_ACTIVATIONS)}.")
+    if ranges is not None:
+        check_ranges(ranges)
+    if activations != "dynamic":
+        return
+    for name, value in (("`float_ops`", float_ops), ("`ranges` (--ranges)", ranges),
+                        ("`min_agreement` (--min-agreement)", min_agreement)):
+        if value is not None:
+            raise ValueError(f"{name} applies to static int8: pass int8_activations='static' (--int8-activations "
+                             "static) or 'auto'; dynamic int8 rounds each layer's input as it runs.")
+
+
+def resolve_int8(model, activations, float_ops=None, ranges=None, min_agreement=None):
+    """(activations, float_ops, ranges) with "auto" decided and static int8's defaults filled in. "auto" is static
+    where a static option is given, else dynamic for models at least DYNAMIC_MIN_WIDTH wide: the pretrained ViTs,
+    whose few huge activations one static scale can't hold (docs/benchmarks.md, issue 33); narrower models, trained
+    here, keep static int8, faster than dynamic at their size."""
+    check_int8_options(activations, float_ops, ranges, min_agreement)
+    if activations == "auto":
+        static_asked = any(value is not None for value in (float_ops, ranges, min_agreement))
+        wide = model.vit_config["hidden_size"] >= DYNAMIC_MIN_WIDTH
+        activations = "dynamic" if wide and not static_asked else "static"
+    if activations == "dynamic":
+        return activations, None, None
+    return activations, (INT8_FLOAT_OPS if float_ops is None else float_ops), ("mse" if ranges is None else ranges)
+
+
+def quantize_static(model, calibrated, float_ops, attention_output):
+    """Static int8 from the calibrated graph: ``float_ops`` and the default float nodes kept in float."""
+    nodes = default_float_nodes(model, calibrated) if float_ops else ()  # () alone: plain full int8
+    if attention_output:  # the rollout's ADDs and output: its values, ~1/tokens, would lose to int8's rounding
+        nodes = list(nodes) + rollout_output_names(calibrated) + float_node_names((ROLLOUT_ADD,), sum(
+            block.attn.num_heads for block in model.blocks))
+    return quantize_int8(calibrated, float_ops, num_norms=norm_count(model), float_nodes=nodes)
+
+
+def check_ranges(ranges):
+    if ranges not in INT8_RANGES:
+        raise ValueError(f"Unknown `ranges`={ranges!r} (--ranges); valid values are {', '.join(INT8_RANGES)}.")
+
+
+def int8_graph_scales(model, calibration, activations, smooth_norms):
+    """(fused qkv's per-head scales, smoothing factors or None) for int8's graph. Static int8 equalizes the heads
+    for their one shared scale (``graph.qkv_scales``); dynamic int8 needs no equal heads, but smooths."""
+    if activations == "static":
+        return qkv_scales(model, calibration), smoothing_scales(model, calibration) if smooth_norms else None
+    same = {block.attn.path: [(1.0, 1.0)] * block.attn.num_heads for block in model.blocks
+            if fusable_heads(block.attn.num_heads)}  # one qkv layer a block, as the static graph
+    return same, smoothing_scales(model, calibration)

@@ -175,3 +175,13 @@ def op_precisions(path):
             integer = any(graph.Tensors(t).Type() in quantized for t in tensors)
             precision["integer" if integer else "float"][name] += 1
     return dict(precision["float"]), dict(precision["integer"])
+
+
+def preserving_interpreter(model_bytes):
+    """An interpreter that keeps every tensor (without XNNPACK: a delegate's inner tensors are not kept)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(model_content=bytes(model_bytes), experimental_preserve_all_tensors=True,
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interpreter.allocate_tensors()
+    return interpreter

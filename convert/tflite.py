@@ -9,16 +9,16 @@ import re
 import numpy as np
 
 from vit_keras import framework
-from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, INT8_RANGES, MIN_CALIBRATION_IMAGES, QUANTIZATIONS
+from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, MIN_CALIBRATION_IMAGES, QUANTIZATIONS, VAL_FRACTION
 from vit_keras.data.datasets import load_arrays
 from vit_keras.models.vision_transformer import load_model
 
-from .attention_output import rollout_output_names, scores_output_first
-from .graph import check_vit, concrete_function, norm_count, norm_scales, qkv_scales, takes_raw_pixels
-from .int8 import INT8_FLOAT_OPS, default_float_nodes, float_node_names, quantize_int8
+from .attention_output import scores_output_first
+from .dynamic_int8 import GRAM_IMAGES, int8_from_float
+from .graph import check_vit, concrete_function, takes_raw_pixels
+from .int8 import check_ranges, int8_graph_scales, quantize_static, resolve_int8
 from .ranges import mse_ranges
 from .transposes import explicit_transposes
-
 
 
 def load_vit(path):
@@ -38,17 +38,23 @@ def calibration_images(calibration, model, limit=DEFAULT_CALIBRATION_IMAGES):
     from vit_keras.data.pipeline import fit_images
 
     if isinstance(calibration, str):
-        images = load_arrays(calibration, split="train", limit=limit, image_size=model.vit_config["image_size"])[0]
+        try:
+            images = load_arrays(calibration, split="train", limit=limit, image_size=model.vit_config["image_size"])[0]
+        except (ValueError, OSError) as error:  # a missing folder, no images, an unknown spec: say which option
+            raise type(error)(f"`calibration` (--calibration) {calibration!r}: {error}") from error
     else:
         images = np.asarray(calibration)[:limit]
     if images.ndim not in (3, 4) or (images.ndim == 4 and images.shape[-1] not in (1, 3)):
-        raise ValueError(f"`calibration` must be uint8 images (N, H, W) or (N, H, W, 1|3); got shape {images.shape}.")
+        raise ValueError("`calibration` (--calibration) must be uint8 images (N, H, W) or (N, H, W, 1|3), gray or "
+                         f"RGB; got shape {images.shape}.")
     if images.dtype != np.uint8 and images.size and (images.min() < 0 or images.max() <= 1.0 or images.max() > 255):
-        raise ValueError("`calibration` must hold raw 0-255 pixels (uint8), as the exported int8 model takes them; "
-                         f"got values in [{images.min()}, {images.max()}].")
+        raise ValueError("`calibration` (--calibration) must hold raw 0-255 pixels (uint8), as the exported int8 "
+                         f"model takes them; got values in [{images.min()}, {images.max()}].")
     if len(images) < MIN_CALIBRATION_IMAGES:  # before resizing: an empty array has nothing to resize
-        raise ValueError(f"`calibration` has {len(images)} images; int8 needs at least {MIN_CALIBRATION_IMAGES} "
-                         "real images (a few hundred is best).")
+        where = (f" (a folder calibrates on its training part, {1 - VAL_FRACTION:.0%} of it)"
+                 if isinstance(calibration, str) else "")
+        raise ValueError(f"`calibration` (--calibration) has {len(images)} images{where}; int8 needs at least "
+                         f"{MIN_CALIBRATION_IMAGES} real images (a few hundred is best).")
     return fit_images(np.clip(np.round(images), 0, 255).astype(np.uint8), model.vit_config["image_size"],
                       model.vit_config["channels"])  # whole pixels, as the uint8 input carries them
 
@@ -96,67 +102,62 @@ def check_builtin_ops(model_bytes, quantize):
                          "vit-keras exports TFLite builtin ops only (no Flex/SELECT_TF_OPS or custom ops).")
 
 
-def convert(model, quantize="float32", calibration=None, dynamic_batch=False, float_ops=INT8_FLOAT_OPS,
-            attention_output=False, ranges="mse"):
+def convert(model, quantize="float32", calibration=None, dynamic_batch=False, float_ops=None,
+            attention_output=False, ranges=None, activations="auto"):
     """Converted flatbuffer bytes (no metadata yet); ValueError for anything but builtin ops.
 
     attention_output: a second output, the attention rollout (``attention_output.rollout_graph``).
-    ranges: int8's activation ranges (``convert_graph``)."""
-    model_bytes = convert_graph(model, quantize, calibration, dynamic_batch, attention_output=attention_output,
-                                ranges=ranges)
+    activations, float_ops, ranges: int8's (``int8.resolve_int8``)."""
+    activations, float_ops, ranges = resolve_int8(model, activations, float_ops, ranges)
     if quantize == "int8":
-        nodes = default_float_nodes(model, model_bytes) if float_ops else ()  # () alone: plain full int8
-        if attention_output:  # the rollout's ADDs and output: its values, ~1/tokens, would lose to int8's rounding
-
-            nodes = list(nodes) + rollout_output_names(model_bytes) + float_node_names(("rollout_graph",), sum(
-                block.attn.num_heads for block in model.blocks))
-        model_bytes = quantize_int8(model_bytes, float_ops, num_norms=norm_count(model), float_nodes=nodes)
+        calibration = calibration_images(calibration, model, limit=None)
+    model_bytes = convert_graph(model, quantize, calibration, dynamic_batch, attention_output=attention_output,
+                                ranges=ranges, activations=activations)
+    if quantize == "int8" and activations == "dynamic":
+        model_bytes = int8_from_float(model_bytes, to_rgb(calibration[:GRAM_IMAGES]))
+    elif quantize == "int8":
+        model_bytes = quantize_static(model, model_bytes, float_ops, attention_output)
     model_bytes = explicit_transposes(model_bytes)  # GPU-safe: no BATCH_MATMUL reads an operand transposed
     check_builtin_ops(model_bytes, quantize)
     if not attention_output:
         return bytes(model_bytes)
-
     return scores_output_first(model_bytes)
 
 
-def check_ranges(ranges):
-    if ranges not in INT8_RANGES:
-        raise ValueError(f"Unknown `ranges`={ranges!r} (--ranges); valid values are {', '.join(INT8_RANGES)}.")
-
-
 def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False, smooth_norms=False,
-                  attention_output=False, ranges="mse"):
-    """The TFLite converter's output: the final model, or for int8 the calibrated float model.
+                  attention_output=False, ranges="mse", activations="static"):
+    """The TFLite converter's output: the final model, or for int8 the float model it quantizes: calibrated
+    (``activations`` "static") or, for dynamic int8, its float graph with the dense inputs smoothed.
 
     calibration: int8's calibration images (an array, as ``calibration_images`` returns them), all used.
-    smooth_norms: int8 only; the blocks' LayerNorm outputs smoothed into the next FULLY_CONNECTED
-      (``graph.norm_scales``; what it buys: docs/benchmarks.md#int8-on-models-trained-elsewhere).
-    ranges: int8 only; "mse": each activation's range is the one with the least int8 rounding and clipping
+    smooth_norms: static int8 only; the dense inputs smoothed into the weights (``smoothing.smoothing_scales``;
+      what it buys: docs/benchmarks.md#int8-on-models-trained-elsewhere).
+    ranges: static int8 only; "mse": each activation's range is the one with the least int8 rounding and clipping
       error over the calibration images (``ranges.mse_ranges``); "minmax": their min and max, as the converter
       records them.
     """
     import tensorflow as tf
 
-
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
-    check_ranges(ranges)
+    static = quantize == "int8" and activations == "static"
+    if static:
+        check_ranges(ranges)
     scales = smoothing = None
     if quantize == "int8":
         calibration = calibration_images(calibration, model, limit=None)
-        scales = qkv_scales(model, calibration)  # int8's fused qkv, its heads' ranges equalized
-        smoothing = norm_scales(model, calibration) if smooth_norms else None
+        scales, smoothing = int8_graph_scales(model, calibration, activations, smooth_norms)
     function = concrete_function(model, raw_pixels=takes_raw_pixels(model, quantize),
                                  batch_size=None if dynamic_batch else 1, qkv_scales=scales, norm_scales=smoothing,
                                  attention_output=attention_output)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = False
-    if quantize != "float32":
+    if quantize in ("float16", "dynamic") or static:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantize == "float16":
         converter.target_spec.supported_types = [tf.float16]
-    elif quantize == "int8":
+    elif static:
         batches = representative_dataset(calibration)  # the calibrator's images, and then the range pass's
         converter.representative_dataset = batches
         # Calibrate only, then quantize with the float-kept ops (the QuantizationDebugger's path).
@@ -169,7 +170,7 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
         named = f" (ops: {', '.join(ops)})" if ops else ""
         raise ValueError(f"TFLite conversion with `quantize`={quantize!r} failed{named}: the export needs "
                          f"TFLite builtin ops only, no Flex/SELECT_TF_OPS. {str(error)[-800:]}") from error
-    if quantize == "int8" and ranges == "mse":
+    if static and ranges == "mse":
         model_bytes = mse_ranges(model_bytes, (batch for batch, in batches()))
     return model_bytes
 

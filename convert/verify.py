@@ -14,7 +14,9 @@ import os
 import numpy as np
 
 from vit_keras.constants import RUNTIMES
+from vit_keras.data.pipeline import fit_images
 from vit_keras.data.sources import load_in_memory
+from vit_keras.training.evaluation import label_mapping
 from vit_keras.training.runs import data_split
 
 from . import metadata as tflite_metadata
@@ -115,14 +117,37 @@ def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, r
         "litert_gpu": litert_gpu_coverage(tflite_path),
         "size_mb": os.path.getsize(tflite_path) / 1e6,
         "agreement": float(np.mean(scores.argmax(-1) == keras_scores.argmax(-1))),
-        "accuracy": float(np.mean(scores.argmax(-1) == labels)),
-        "keras_accuracy": float(np.mean(keras_scores.argmax(-1) == labels)),
+        # labels None: the data's classes are not the model's, and no accuracy is stated
+        "accuracy": None if labels is None else float(np.mean(scores.argmax(-1) == labels)),
+        "keras_accuracy": None if labels is None else float(np.mean(keras_scores.argmax(-1) == labels)),
         "max_abs_diff": float(np.abs(scores - keras_scores).max()),
     }
     for runtime in runtimes:
         for n in threads:
             row[f"{runtime}_{n}t_ms"] = latency_ms(tflite_path, runtime, n, runs=runs)
     return row
+
+
+def accuracy_cell(row):
+    """The table's accuracy cell: the file's and Keras's, or "not stated" where the data's classes aren't the
+    model's."""
+    if row.get("accuracy") is None:
+        return "not stated"
+    return f"{100 * row['accuracy']:.2f}% ({100 * row['keras_accuracy']:.2f}%)"
+
+
+def model_labels(keras_path, tflite_paths):
+    """The model's class names: labels.txt beside the .keras file, else the first .tflite's metadata; None if
+    neither."""
+    from .export import read_labels_file
+
+    beside = os.path.join(os.path.dirname(os.path.abspath(keras_path)), "labels.txt")
+    if os.path.isfile(beside):
+        return read_labels_file(beside)
+    try:
+        return tflite_metadata.read_labels(tflite_paths[0])
+    except (ValueError, OSError):
+        return None
 
 
 def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
@@ -135,16 +160,15 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
     for row in rows:
         cells = [row["file"], f"{row['size_mb']:.2f}", runtime_cell(row)] + [
             f"{row[key]:.2f}" if key in row else "-" for key, _ in latency_cols] + [
-            f"{100 * row['agreement']:.2f}%", f"{100 * row['accuracy']:.2f}% ({100 * row['keras_accuracy']:.2f}%)",
+            f"{100 * row['agreement']:.2f}%", accuracy_cell(row),
             f"{row['max_abs_diff']:.4f}", gpu_cell(row), float_ops_cell(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2), data_dir=None):
-    """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data`` (tfds' folder:
-    ``data_dir``)."""
-    from vit_keras.data.pipeline import fit_images
+def verify_data(tflite_paths, keras_path, data, split="test", limit=None, data_dir=None):
+    """(Keras model, uint8 images fitted to it, its output index per image or None, a line saying which images and
+    how their classes map to the model's) for ``verify_files``."""
 
     for path in tflite_paths:
         if not os.path.isfile(path):
@@ -154,10 +178,20 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
     dataset = load_in_memory(data, split, "verify", limit=limit, image_size=model.vit_config["image_size"],
                              data_dir=data_dir, **data_split(keras_path, data))  # a training folder's held-out part
     images = fit_images(dataset.images, model.vit_config["image_size"], model.vit_config["channels"])
-    labels = dataset.labels
+    mapping = label_mapping(dataset.class_names, model_labels(keras_path, tflite_paths),
+                            model.vit_config["num_classes"])
+    used = f" ({dataset.source})" if dataset.source else ""
+    line = f"{len(images):,} {split} images of {data}{used}; their classes {mapping.how}"
+    if not mapping:
+        line += ": top-1 agreement only, no accuracy"
+    return model, images, mapping.labels(dataset.labels) if mapping else None, line
+
+
+def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2), data_dir=None):
+    """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data`` (tfds' folder:
+    ``data_dir``)."""
+    model, images, labels, line = verify_data(tflite_paths, keras_path, data, split, limit, data_dir)
     reference = keras_scores(model, images)
     rows = [verify(path, reference, labels, images, threads=threads, runs=runs) for path in tflite_paths]
-    used = f" ({dataset.source})" if dataset.source else ""
-    return (f"{len(images):,} {split} images of {data}{used}; latency at batch 1, median of {runs} runs after "
-            "warm-up.\n\n"
+    return (f"{line}; latency at batch 1, median of {runs} runs after warm-up.\n\n"
             + format_table(rows, threads, split=split) + "\n\n" + gpu_note(rows) + "\n\n" + runtime_note(rows))

@@ -226,7 +226,7 @@ def test_hybrid_and_conv_stem_models_export(tmp_path, kind):
         from vit_keras.convert.sensitivity import op_sensitivity
 
         rows = op_sensitivity(model, images, images[:8], candidates=())
-        assert rows[-1]["bytes"] == len(tflite.convert(model, "int8", images))
+        assert rows[-1]["bytes"] == len(tflite.convert(model, "int8", images, activations="static"))
 
 
 def test_int8_position_table_is_stored_in_half(tmp_path):
@@ -246,7 +246,7 @@ def test_int8_position_table_is_stored_in_half(tmp_path):
     full = explicit_transposes(store_in_half(int8_export.quantize_int8(  # no names: the flatbuffer packed again
         calibrated, num_norms=norm_count(model), float_nodes=int8_export.default_float_nodes(model, calibrated),
         half_table=False), ()))  # and the GPU-safe transposes, as convert() adds them
-    half = tflite.convert(model, "int8", images)
+    half = tflite.convert(model, "int8", images, activations="static")
     tokens, width = model.patch_encoder.num_tokens, 32
     assert len(full) - len(half) == pytest.approx(tokens * width * 2, abs=200)  # less a tensor and an op
     graph = schema.ModelT.InitFromPackedBuf(bytearray(half), 0).subgraphs[0]
@@ -439,7 +439,7 @@ def test_min_agreement_keeps_the_fewest_float_ops_that_meet_it(run_dir, fashion,
     target, images = 0.98, fashion[0][:400]
     out = tmp_path / "swept.tflite"
     summary = tflite_export.export_tflite(run_dir / "model.keras", out, quantize="int8", calibration=images,
-                                          calibration_size=400, min_agreement=target)
+                                          calibration_size=400, min_agreement=target, int8_activations="static")
     rows = summary["sweep"]
     chosen = [row for row in rows if row.get("chosen")]
     assert len(chosen) == 1 and chosen[0]["agreement"] >= target
@@ -465,7 +465,7 @@ def test_a_dense_role_in_float_keeps_that_layer_of_every_block(run_dir, fashion,
 
     out = tmp_path / "mlp_out_float.tflite"
     tflite_export.export_tflite(run_dir / "model.keras", out, quantize="int8", calibration=fashion[0][:100],
-                                calibration_size=100,
+                                calibration_size=100, int8_activations="static",
                                 float_ops=int8_export.INT8_FLOAT_OPS + ("FULLY_CONNECTED:mlp_out",))
     float_ops, integer_ops = op_precisions(out)
     blocks = len(tflite.load_vit(run_dir / "model.keras").blocks)
@@ -473,7 +473,7 @@ def test_a_dense_role_in_float_keeps_that_layer_of_every_block(run_dir, fashion,
     with pytest.raises(ValueError, match="FULLY_CONNECTED:<role>.*" + ", ".join(DENSE_ROLES)):
         tflite_export.export_tflite(run_dir / "model.keras", tmp_path / "bad.tflite", quantize="int8",
                                     calibration=fashion[0][:100], calibration_size=100,
-                                    float_ops=("FULLY_CONNECTED:mlp",))
+                                    float_ops=("FULLY_CONNECTED:mlp",), int8_activations="static")
     assert not (tmp_path / "bad.tflite").exists()
 
 
@@ -491,7 +491,8 @@ def test_sequence_pooling_exports_to_int8_with_its_score_layer_as_a_dense_role(f
     for name, extra in (("default", ()), ("score_float", ("FULLY_CONNECTED:sequence_pool",))):
         out = tmp_path / f"{name}.tflite"
         tflite_export.export_tflite(model, out, quantize="int8", labels=LABELS, calibration=fashion[0][:100],
-                                    calibration_size=100, float_ops=int8_export.INT8_FLOAT_OPS + extra)
+                                    calibration_size=100, float_ops=int8_export.INT8_FLOAT_OPS + extra,
+                                    int8_activations="static")
         counts[name] = op_precisions(out)[0].get("FULLY_CONNECTED", 0)
     assert counts["score_float"] == counts["default"] + 1
     calibrated = convert_graph(model, "int8", fashion[0][:100])
@@ -529,16 +530,17 @@ def test_locality_self_attention_exports_with_its_mask_in_float(fashion, tmp_pat
     np.testing.assert_allclose(tflite_scores(files["int8"], test).sum(-1), 1.0, atol=0.02)
 
 
-def test_layernorm_smoothing_is_exact_in_float(color_run):
-    """LayerNorm outputs divided per channel, the next FULLY_CONNECTED's input rows multiplied: the export graph
+def test_smoothing_is_exact_in_float(color_run):
+    """LayerNorm and GELU outputs divided per channel, the next FULLY_CONNECTED's input rows multiplied: the export graph
     still equals Keras in float, and the factors are not all 1."""
     import tensorflow as tf
 
-    from vit_keras.convert.graph import forward, norm_scales, qkv_scales
+    from vit_keras.convert.graph import forward, qkv_scales
+    from vit_keras.convert.smoothing import smoothing_scales
 
     model, test = color_run["model"], color_run["test"][:32]
-    smoothing = norm_scales(model, color_run["test"][32:160])
-    assert len(smoothing) == 2  # norm1 and norm2 of the one block
+    smoothing = smoothing_scales(model, color_run["test"][32:160])
+    assert len(smoothing) == 3  # norm1, norm2 and the GELU of the one block
     assert max(float(np.abs(np.log(s)).max()) for s in smoothing.values()) > 0.1
     scores = forward(model, tf.constant(test, tf.float32), raw_pixels=True, norm_scales=smoothing,
                      qkv_scales=qkv_scales(model, test)).numpy()

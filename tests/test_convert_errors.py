@@ -45,11 +45,12 @@ def test_not_a_vit(tmp_path):
 
 @pytest.mark.parametrize("calibration, message", [
     (None, "int8 needs `calibration`"),
-    (images(20), "at least 100"),
+    (images(20), r"`calibration` \(--calibration\) has 20 images; int8 needs at least 100"),
     (images(150, channels=4), "shape"),
     (images(150)[..., 0].reshape(150, -1), "shape"),
     (images(150) / 255.0, "0-255"),
-    ("folder:/nonexistent/vit-data", "nonexistent"),
+    ("folder:/nonexistent/vit-data", r"`calibration` \(--calibration\) 'folder:/nonexistent/vit-data'.*nonexistent"),
+    ("mnist_digits", r"`calibration` \(--calibration\) 'mnist_digits': Unknown dataset"),
 ])
 def test_bad_calibration_keeps_the_old_file(vit_file, tmp_path, calibration, message):
     out = tmp_path / "model.tflite"
@@ -207,7 +208,7 @@ def test_calibration_size_is_honoured(vit_file, tmp_path, monkeypatch):
     representative_dataset = tflite.representative_dataset
     monkeypatch.setattr(tflite, "representative_dataset", counting)
     tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8", calibration=images(350),
-                                calibration_size=320)
+                                calibration_size=320, int8_activations="static")
     assert seen == [320]
 
 
@@ -238,13 +239,18 @@ def test_unknown_keywords_name_the_nearest_valid_one(vit_file, tmp_path):
                                                       "100 images to calibrate on and 1000 held out.*got 250"),
     (dict(min_agreement=0.995, calibration=images(260), calibration_size=2000),
      "at least 1100 calibration images.*has 260"),
+    (dict(min_agreement=0.98, int8_activations="dynamic"), r"`min_agreement` \(--min-agreement\) applies to static int8"),
+    (dict(ranges="mse", int8_activations="dynamic"), r"`ranges` \(--ranges\) applies to static int8: pass int8_activations='static'"),
+    (dict(float_ops=(), int8_activations="dynamic"), r"`float_ops` applies to static int8"),
+    (dict(int8_activations="weights"), "Unknown `int8_activations`='weights'.*valid values are auto, dynamic, static"),
 ])
 def test_min_agreement_bad_inputs_fail_before_any_conversion(vit_file, tmp_path, monkeypatch, settings, message):
     def no_conversion(*args, **kwargs):
         raise AssertionError("converted despite bad input")
 
     monkeypatch.setattr(tflite, "convert_graph", no_conversion)
-    settings = {"quantize": "int8", "calibration": images(500), "calibration_size": 500, **settings}
+    settings = {"quantize": "int8", "calibration": images(500), "calibration_size": 500,
+                "int8_activations": "static", **settings}
     with pytest.raises(ValueError, match=message):
         tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", **settings)
     assert os.listdir(tmp_path) == []
@@ -255,3 +261,17 @@ def test_cli_min_agreement_out_of_range(vit_file, tmp_path, capsys):
                      "--out", str(tmp_path / "m.tflite")]) == 2
     assert "--min-agreement) must be a top-1 agreement in (0, 1], such as 0.995; got 2.0" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+def test_a_calibration_folder_too_small_names_the_option(vit_file, tmp_path):
+    """A folder of 30 photos: its training part is too few to calibrate on, said before any conversion."""
+    from PIL import Image
+
+    for i, image in enumerate(images(30, size=20, channels=3)):
+        os.makedirs(tmp_path / "photos" / f"c{i % 2}", exist_ok=True)
+        Image.fromarray(image).save(tmp_path / "photos" / f"c{i % 2}" / f"{i}.png")
+    with pytest.raises(ValueError, match=r"`calibration` \(--calibration\) has 27 images \(a folder calibrates on its "
+                                         "training part, 90% of it\); int8 needs at least 100"):
+        tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8",
+                                    calibration=f"folder:{tmp_path / 'photos'}")
+    assert not (tmp_path / "m.tflite").exists()

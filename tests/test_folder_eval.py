@@ -72,3 +72,41 @@ def test_verify_reads_another_folder_whole(run_dir, tmp_path):
     export_tflite(str(model), str(path), quantize="float32")
     report = verify_files([str(path)], str(model), f"folder:{root / 'other2'}", runs=2, threads=(1,))
     assert report.startswith(f"12 test images of folder:{root / 'other2'} (the whole folder)")
+
+
+def test_label_mapping_by_name_by_index_or_none():
+    from vit_keras.training.evaluation import label_mapping
+
+    labels = ["tench", "goldfish", "shark"]
+    by_name = label_mapping(["shark", "tench"], labels, 3)
+    assert list(by_name.labels([0, 1, 1])) == [2, 0, 0] and "by name" in by_name.how
+    by_index = label_mapping(["0001", "0002"], labels, 3)
+    assert list(by_index.labels([0, 1])) == [1, 2] and "class indices" in by_index.how
+    digits = label_mapping(["1", "0"], ["0", "1"], 2)  # labels that are digits match by name first
+    assert list(digits.labels([0, 1])) == [1, 0]
+    for names in (["cat", "dog"], ["0001", "0003"]):  # unknown names; an index past the model's classes
+        mapping = label_mapping(names, labels, 3)
+        assert not mapping and "are not the model's" in mapping.how
+    assert label_mapping(["x", "y", "z"], None, 3)  # no labels to match: the data's order, as many classes
+
+
+def test_verify_and_evaluate_state_accuracy_only_for_the_model_classes(run_dir, tmp_path, capsys):
+    """Folders named by class index are the model's classes; folders of other names get agreement only."""
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.convert.verify import verify_files
+
+    root, model = run_dir
+    path = tmp_path / "m.tflite"
+    export_tflite(str(model), str(path), quantize="float32")
+    make_folder(root / "indexed", classes=("0000", "0001"), per_class=3)
+    make_folder(root / "strangers", classes=("cat", "dog"), per_class=3)
+    indexed = verify_files([str(path)], str(model), f"folder:{root / 'indexed'}", runs=2, threads=(1,))
+    assert "read as class indices" in indexed and "not stated" not in indexed
+    strangers = verify_files([str(path)], str(model), f"folder:{root / 'strangers'}", runs=2, threads=(1,))
+    assert "are not the model's" in strangers and "agreement only" in strangers
+    assert "| not stated |" in strangers and "100.00%" in strangers  # float32 agrees with Keras
+    assert main(["evaluate", str(model), "--data", f"folder:{root / 'strangers'}"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy: not stated" in out and "loss" not in out
+    assert main(["evaluate", str(model), "--data", f"folder:{root / 'indexed'}"]) == 0
+    assert "read as class indices" in capsys.readouterr().out

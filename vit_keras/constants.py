@@ -35,7 +35,10 @@ POOLINGS = ("token", "gap", "sequence")  # eq. 4's readout: vit_keras.models.rea
 
 # Export and the device runtimes
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")
-INT8_RANGES = ("mse", "minmax")  # how int8 picks each activation's range: vit_keras.convert.ranges
+INT8_RANGES = ("mse", "minmax")  # how static int8 picks each activation's range: vit_keras.convert.ranges
+# int8's activations: rounded a token at a time when each layer runs (vit_keras.convert.dynamic_int8), or with
+# one scale a tensor fixed at calibration (full integer, for integer-only accelerators); "auto" picks (convert.int8).
+INT8_ACTIVATIONS = ("auto", "dynamic", "static")
 RUNTIMES = ("interpreter", "compiled")  # LiteRT's Interpreter and CompiledModel APIs
 # The older runtimes an exported file is checked under (convert/runtime_version.py): pip package, release, the
 # TFLite version whose kernels it carries, its interpreter module. ai-edge-litert 1.0.1 (August 2024) came between

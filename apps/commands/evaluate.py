@@ -34,8 +34,8 @@ def run(args):
     if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
         raise ValueError("--batch-size and --limit must be positive integers.")
     from vit_keras.data.sources import load_splits
-    from vit_keras.training.evaluation import evaluate_arrays, evaluate_source, format_report
     from vit_keras.models.vision_transformer import load_model
+    from vit_keras.training.evaluation import evaluate_arrays, evaluate_source, format_report, label_mapping
     from vit_keras.training.runs import data_split
     from vit_keras.visualize import plot_confusion_matrix
 
@@ -48,23 +48,34 @@ def run(args):
                                      data_dir=args.data_dir, val_fraction=val_fraction,
                                      image_size=model.input_shape[1:3], whole_folder=whole)
     labels_path = os.path.join(os.path.dirname(os.path.abspath(args.model)), "labels.txt")
+    names = None
     if os.path.exists(labels_path):
-        with open(labels_path) as f:
+        with open(labels_path, encoding="utf-8") as f:
             names = [line.rstrip("\n") for line in f if line.strip()]
-        if names != data.class_names:
-            print(f"warning: {labels_path} lists classes {names[:4]}... but the data has {data.class_names[:4]}...")
-    if mode == "stream":
-        result = evaluate_source(model, data, batch_size=args.batch_size)
-    else:
-        result = evaluate_arrays(model, data.images, data.labels, data.class_names, batch_size=args.batch_size)
-    print(f"{args.model} on {args.data} ({args.split}): {result['examples']:,} images"
-          + (f", {data.source}" if data.source else ""))
+    num_classes = int(model.output_shape[-1])
+    mapping = label_mapping(data.class_names, names, num_classes)
+    print(f"{args.model} on {args.data} ({args.split}): {len(data):,} images"
+          + (f", {data.source}" if data.source else "") + f"; its classes {mapping.how}")
     print(f"input: {'streamed from disk' if mode == 'stream' else 'in memory'}: {why}")
     if data.skipped:
         print(f"skipped {len(data.skipped)} unreadable image(s)")
+    if not mapping:
+        print("accuracy: not stated; the data's classes are not the model's (name the folders after the model's "
+              "labels, or by class index: 0, 1, ... or 0000, 0001, ...)")
+        return 0
+    class_names = names if names is not None and len(names) == num_classes else data.class_names
+    if len(class_names) != num_classes:
+        class_names = [str(i) for i in range(num_classes)]
+    if mode == "stream":
+        result = evaluate_source(model, data, args.batch_size, mapping, class_names)
+        if data.skipped:
+            print(f"skipped {len(data.skipped)} unreadable image(s) while streaming")
+    else:
+        result = evaluate_arrays(model, data.images, mapping.labels(data.labels), class_names,
+                                 batch_size=args.batch_size)
     print(format_report(result))
     if args.confusion:
-        plot_confusion_matrix(result["confusion"], data.class_names, args.confusion,
+        plot_confusion_matrix(result["confusion"], class_names, args.confusion,
                               title=f"{os.path.basename(args.model)} on {args.data}: accuracy {result['accuracy']:.4f}")
         print(f"confusion matrix: {args.confusion}")
     return 0

@@ -1,27 +1,33 @@
 """`vit-keras export`: a trained .keras ViT -> .tflite with metadata (labels, normalization) for Android/MediaPipe."""
 
 HELP = "Export a trained ViT (.keras) to TFLite (float32|float16|dynamic|int8) with metadata."
-from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, INT8_RANGES, QUANTIZATIONS
+from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, INT8_ACTIVATIONS, INT8_RANGES, QUANTIZATIONS
 
 
 def add_arguments(parser):
     parser.add_argument("model", help="the .keras file of a trained run (labels.txt is read from beside it)")
     parser.add_argument("--quantize", default="int8", metavar="|".join(QUANTIZATIONS),
-                        help="float32, float16, dynamic (range), or int8 (full integer, uint8 input; default). "
-                             "float32, float16 and int8 run on TFLite 2.9 and newer (tflite-runtime 2.9+). "
-                             "dynamic needs TFLite 2.17 (ai-edge-litert): its int8 weights per output channel "
-                             "make FULLY_CONNECTED op version 12, which tflite-runtime (last release 2.14) and "
-                             "the TFLite Task Library 0.4.4 refuse; one scale a layer would run there but agrees "
-                             "with Keras less")
+                        help="float32, float16, dynamic (range), or int8 (uint8 input, int8 weights; default). "
+                             "float32, float16 and static int8 (--int8-activations) run on TFLite 2.9 and newer "
+                             "(tflite-runtime 2.9+). dynamic, and int8 with dynamic activations, need TFLite 2.17 "
+                             "(ai-edge-litert): their int8 weights per output channel make FULLY_CONNECTED op "
+                             "version 12, which tflite-runtime (last release 2.14) and the TFLite Task Library 0.4.4 "
+                             "refuse")
     parser.add_argument("--calibration", default=None, metavar="DATA",
                         help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH")
     parser.add_argument("--calibration-size", type=int, default=DEFAULT_CALIBRATION_IMAGES,
                         help="calibration images (default %(default)s)")
-    parser.add_argument("--ranges", default="mse", metavar="|".join(INT8_RANGES),
-                        help="int8 activation ranges: mse (the least rounding and clipping error over the "
+    parser.add_argument("--int8-activations", default="auto", metavar="|".join(INT8_ACTIVATIONS),
+                        help="int8's activations: dynamic (int8 weights, each layer's input rounded to int8 a token "
+                             "at a time as it runs; TFLite 2.17+), static (full integer, one scale a tensor fixed at "
+                             "calibration, for integer-only accelerators and TFLite 2.9+) or auto (default: dynamic "
+                             "for models from ViT-Ti's width 192 up, static below, or with --ranges / "
+                             "--min-agreement)")
+    parser.add_argument("--ranges", default=None, metavar="|".join(INT8_RANGES),
+                        help="static int8's activation ranges: mse (the least rounding and clipping error over the "
                              "calibration images; default) or minmax (their min and max)")
     parser.add_argument("--min-agreement", type=float, default=None, metavar="FRACTION",
-                        help="int8: keep in float what makes top-1 agreement with Keras, on a held-out part of "
+                        help="static int8: keep in float what makes top-1 agreement with Keras, on a held-out part of "
                              "the calibration images (5 / (1 - FRACTION) of them), at least this, in the smallest "
                              "file (e.g. 0.995, with --calibration-size 1300); prints the rows tried")
     parser.add_argument("--out", default="model.tflite", help="output .tflite (written atomically)")
@@ -39,7 +45,10 @@ def add_arguments(parser):
 def run(args):
     if args.quantize not in QUANTIZATIONS:  # before the slow imports
         raise ValueError(f"Unknown --quantize {args.quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
-    if args.ranges not in INT8_RANGES:
+    if args.int8_activations not in INT8_ACTIVATIONS:
+        raise ValueError(f"Unknown --int8-activations {args.int8_activations!r}; valid values are "
+                         f"{', '.join(INT8_ACTIVATIONS)}.")
+    if args.ranges is not None and args.ranges not in INT8_RANGES:
         raise ValueError(f"Unknown --ranges {args.ranges!r}; valid values are {', '.join(INT8_RANGES)}.")
     if args.quantize == "int8" and not args.calibration:
         raise ValueError("--quantize int8 (the default) needs --calibration DATA: the training data spec "
@@ -53,7 +62,8 @@ def run(args):
     summary = export_tflite(
         args.model, args.out, quantize=args.quantize, calibration=args.calibration, labels=args.labels,
         dynamic_batch=args.dynamic_batch, calibration_size=args.calibration_size,
-        min_agreement=args.min_agreement, ranges=args.ranges, attention_output=args.attention_output, name=args.name,
+        min_agreement=args.min_agreement, ranges=args.ranges, int8_activations=args.int8_activations,
+        attention_output=args.attention_output, name=args.name,
         description=args.description, version=args.version, license=args.license,
     )
     print(f"wrote {summary['path']} ({summary['bytes'] / 1e6:.2f} MB, {summary['quantize']}, input "

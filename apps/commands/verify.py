@@ -1,5 +1,6 @@
 """`vit-keras verify`: an exported .tflite against its Keras model: size, latency, agreement, accuracy, score error."""
 
+PER_LAYER_IMAGES = 100  # --per-layer runs the reference kernels, slower than XNNPACK: a sample by default
 HELP = "Verify exported .tflite files against the Keras model: size, LiteRT latency, agreement, accuracy."
 
 
@@ -13,6 +14,10 @@ def add_arguments(parser):
                         help="a seeded, class-balanced sample of N test images (it prints how many of each class)")
     parser.add_argument("--runs", type=int, default=50, help="timed runs per latency figure (median; default 50)")
     parser.add_argument("--threads", default="1,2", help="thread counts to time (default 1,2)")
+    parser.add_argument("--per-layer", action="store_true",
+                        help="instead of the table: each quantized tensor's int8 error against the same graph in "
+                             "float, worst first (on the first --limit images; default %d)" % PER_LAYER_IMAGES)
+    parser.add_argument("--top", type=int, default=None, help="with --per-layer: show the worst N tensors only")
 
 
 def run(args):
@@ -22,10 +27,16 @@ def run(args):
         threads = ()
     if not threads or min(threads) < 1:
         raise ValueError(f"--threads must be positive integers separated by commas, e.g. 1,2; got {args.threads!r}.")
-    for name in ("runs", "limit"):
+    for name in ("runs", "limit", "top"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name} must be a positive integer; got {value}.")
+    if args.per_layer:
+        from vit_keras.convert.quant_report import layer_report_files
+
+        print(layer_report_files(args.tflite, args.against, args.data, split=args.split, top=args.top,
+                                 limit=args.limit or PER_LAYER_IMAGES))
+        return 0
     from vit_keras.convert.verify import verify_files
 
     print(verify_files(args.tflite, args.against, args.data, split=args.split, limit=args.limit,

@@ -1,4 +1,5 @@
-"""Evaluate a classifier on arrays or a stream: loss, accuracy, a per-class table and the confusion matrix.
+"""Evaluate a classifier on arrays or a stream: loss, accuracy, a per-class table and the confusion matrix; and
+whether a data set's classes are the model's at all (``label_mapping``), before any accuracy is stated.
 
 The batches are run one at a time and only sums are kept (loss, confusion counts), so a split streamed from disk
 (``vit_keras.data.sources``) is evaluated in the memory of a batch.
@@ -12,18 +13,54 @@ import numpy as np
 from vit_keras.data.augmentation import NO_AUGMENTATION, Batching
 
 
+class LabelMapping:
+    """How a data set's classes map to a model's outputs: ``index[k]`` is the output of data class k, or ``index``
+    is None where they don't match and no accuracy can be stated; ``how`` says which, for printouts."""
+
+    def __init__(self, index, how):
+        self.index, self.how = index, how
+
+    def __bool__(self):
+        return self.index is not None
+
+    def labels(self, data_labels):
+        """The model's output indices for data label indices."""
+        return self.index[np.asarray(data_labels, np.int64)]
+
+
+def label_mapping(data_names, model_labels, num_classes):
+    """Whether the data's class names are the model's: by name (each one of ``model_labels``), else as integer
+    class indices below ``num_classes`` (a folder named 0007 is class 7), else, for a model without labels, the
+    data's classes in order when there are as many. Anything else: no mapping, and the reason why."""
+    data_names = [str(name) for name in data_names]
+    if model_labels is not None:
+        position = {name: i for i, name in enumerate(model_labels)}
+        if all(name in position for name in data_names):
+            same = list(model_labels) == data_names
+            return LabelMapping(np.array([position[n] for n in data_names], np.int64),
+                                "are the model's labels" if same else "match the model's labels by name")
+    if data_names and all(name.isdigit() and int(name) < num_classes for name in data_names):
+        return LabelMapping(np.array([int(n) for n in data_names], np.int64), "are read as class indices")
+    if model_labels is None and len(data_names) == num_classes:
+        return LabelMapping(np.arange(num_classes), "are taken in order (the model has no labels to match)")
+    unknown = [n for n in data_names if model_labels is None or n not in set(model_labels)][:3]
+    return LabelMapping(None, f"are not the model's: names such as {', '.join(unknown)} are neither its labels nor "
+                              f"class indices below {num_classes}")
+
+
 def model_batching(model, num_classes, batch_size):
     """Evaluation batches at ``model``'s input size and channels, labels as class indices."""
     height, width, channels = model.input_shape[1:]
     return Batching(num_classes, (height, width), channels, batch_size, training=False, one_hot=False)
 
 
-def check_classes(model, class_names):
+def check_names(model, class_names):
+    """``class_names``, one for each of ``model``'s outputs, or a clear error."""
     num_classes = int(model.output_shape[-1])
     if len(class_names) != num_classes:
         raise ValueError(f"The model has {num_classes} outputs but the data has {len(class_names)} classes "
                          f"({', '.join(class_names[:5])}...).")
-    return num_classes
+    return class_names
 
 
 def evaluate_arrays(model, images, labels, class_names, batch_size=256):
@@ -33,13 +70,17 @@ def evaluate_arrays(model, images, labels, class_names, batch_size=256):
     """
     from vit_keras.data.pipeline import make_dataset
 
-    batching = model_batching(model, check_classes(model, class_names), batch_size)
+    batching = model_batching(model, len(check_names(model, class_names)), batch_size)
     return evaluate_batches(model, make_dataset(images, labels, **dataclasses.asdict(batching)), class_names)
 
 
-def evaluate_source(model, source, batch_size=256):
-    """``evaluate_arrays`` of a stream source (``vit_keras.data.sources.list_split``), read batch by batch."""
-    batching = model_batching(model, check_classes(model, source.class_names), batch_size)
+def evaluate_source(model, source, batch_size=256, mapping=None, class_names=None):
+    """``evaluate_arrays`` of a stream source (``vit_keras.data.sources.list_split``), read batch by batch.
+    ``mapping``: the ``LabelMapping`` of the source's classes to the model's outputs (default: they are the
+    same); ``class_names``: the model's, for the report (default: the source's)."""
+    mapping = mapping or LabelMapping(np.arange(len(source.class_names)), "are the model's")
+    class_names = check_names(model, class_names or source.class_names)
+    batching = model_batching(model, len(source.class_names), batch_size)
     if keras.backend.backend() == "tensorflow":
         from vit_keras.data.stream import stream_dataset
 
@@ -49,7 +90,8 @@ def evaluate_source(model, source, batch_size=256):
 
         batches = StreamBatches(source, batching, NO_AUGMENTATION)
         batches = (batches[i] for i in range(len(batches)))
-    return evaluate_batches(model, batches, source.class_names)
+    mapped = ((x, mapping.labels(keras.ops.convert_to_numpy(y))) for x, y in batches)
+    return evaluate_batches(model, mapped, class_names)
 
 
 def evaluate_batches(model, batches, class_names):

@@ -1,0 +1,163 @@
+"""int8 on a real ImageNet-pretrained ViT-Ti/16: every export mode's size, latency, agreement and accuracy, two folds.
+
+    python benchmarks/real_vit_int8.py /path/to/real-imagenet [--out DIR] [--limit N] [--runs 50] [--static]
+
+The folder is what shared/fixtures/real_imagenet.py writes: vit_ti16_in1k.safetensors (timm's layout, inputs
+normalized with mean = std = 0.5), photos/<class index>/<file>.JPEG (one photo a class) and labels.txt. Photos are
+resized to 248 on the short side (bicubic) and centre-cropped to 224, as timm evaluates. Two folds: int8
+calibrates on the even classes' photos and is judged on the odd ones', then the reverse, so every photo is judged
+by a file that never saw it; float files need no calibration and are judged on the same halves. Agreement is top-1
+against the Keras model, accuracy against the photo's class. Latency: batch 1, the median of --runs invocations,
+rounds of every file interleaved, the fold-1 file of each int8 mode. Prints a Markdown table and the CPU.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CROP, RESIZE = 224, 248  # timm's evaluation transform for 224-pixel ViTs (crop_pct 0.9)
+MODES = ("float32", "float16", "dynamic", "int8")
+
+
+def load_photos(folder, limit=None):
+    """(uint8 images (N, 224, 224, 3), class indices) of photos/<index>/*, resized and cropped as timm does."""
+    from PIL import Image
+
+    images, labels = [], []
+    for name in sorted(os.listdir(os.path.join(folder, "photos"))):
+        for file in sorted(os.listdir(os.path.join(folder, "photos", name)))[:1]:
+            with Image.open(os.path.join(folder, "photos", name, file)) as photo:
+                photo = photo.convert("RGB")
+                scale = RESIZE / min(photo.size)
+                photo = photo.resize((round(photo.width * scale), round(photo.height * scale)), Image.BICUBIC)
+                left, top = (photo.width - CROP) // 2, (photo.height - CROP) // 2
+                images.append(np.asarray(photo.crop((left, top, left + CROP, top + CROP))))
+            labels.append(int(name))
+    images, labels = np.stack(images), np.array(labels)
+    folds = [np.flatnonzero(labels % 2 == parity)[:limit] for parity in (0, 1)]
+    keep = np.sort(np.concatenate(folds))
+    return images[keep], labels[keep]
+
+
+def build_model(folder):
+    import vit_keras
+
+    return vit_keras.create_model("vit_ti16", weights=os.path.join(folder, "vit_ti16_in1k.safetensors"),
+                                  pixel_mean="inception", pixel_std="inception", include_preprocessing=True)
+
+
+def export_files(model, labels, images, classes, out, static):
+    """{(mode, fold): path}; fold None for float files, else the parity of the classes int8 calibrated on."""
+    from vit_keras.convert.export import export_tflite
+
+    files = {}
+    for mode in MODES[:3]:
+        files[(mode, None)] = os.path.join(out, f"{mode}.tflite")
+        export_tflite(model, files[(mode, None)], quantize=mode, labels=labels)
+    int8_modes = [("int8", "dynamic")] + ([("int8 static", "static")] if static else [])
+    for name, activations in int8_modes:
+        for fold in (0, 1):
+            calibration = images[classes % 2 == fold]
+            path = os.path.join(out, f"{name.replace(' ', '_')}_calibrated_on_{'odd' if fold else 'even'}.tflite")
+            export_tflite(model, path, quantize="int8", labels=labels, calibration=calibration,
+                          calibration_size=len(calibration), int8_activations=activations)
+            files[(name, fold)] = path
+    return files
+
+
+def judge(files, images, classes, reference):
+    """{(mode, fold): (agreement, accuracy)} on the photos of the classes each file never calibrated on."""
+    from vit_keras.convert.runtime import tflite_scores
+
+    results = {}
+    for (mode, fold), path in files.items():
+        for judged in ((1 - fold,) if fold is not None else (1, 0)):
+            chosen = classes % 2 == judged
+            top = tflite_scores(path, images[chosen]).argmax(-1)
+            results[(mode, 1 - judged)] = (float(np.mean(top == reference[chosen])),
+                                          float(np.mean(top == classes[chosen])))
+    return results
+
+
+def latencies(paths, runs):
+    """{path: {(runtime, threads): ms}}: the best of interleaved rounds of each file's median."""
+    from vit_keras.constants import RUNTIMES
+    from vit_keras.convert.runtime import latency_ms
+
+    timings = {path: {} for path in paths}
+    for runtime in RUNTIMES:
+        for threads in (1, 2):
+            for _ in range(3):
+                for path in paths:
+                    ms = latency_ms(path, runtime, threads, runs=runs)
+                    key = (runtime, threads)
+                    timings[path][key] = min(timings[path].get(key, ms), ms)
+    return timings
+
+
+def cpu_line():
+    flags, name = set(), "unknown CPU"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    extensions = [e for e in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if e in flags]
+    return f"{name}, {os.cpu_count()} cores ({', '.join(extensions)})"
+
+
+def table(files, results, timings, float_accuracy):
+    base = files[("float32", None)]
+    lines = ["| file | size MB (× float32) | Interpreter 1T / 2T ms | CompiledModel 1T / 2T ms | latency × float32 "
+             "(I 1T / 2T, C 1T / 2T) | agreement, calibrated on even / odd | accuracy lost, points, even / odd |",
+             "|---|---|---|---|---|---|---|"]
+    keys = [(runtime, threads) for runtime in ("interpreter", "compiled") for threads in (1, 2)]
+    for mode in dict.fromkeys(mode for mode, _ in files):
+        path = files.get((mode, 1), files.get((mode, None)))
+        size = os.path.getsize(path) / 1e6
+        t = timings[path]
+        ratios = " / ".join(f"{t[k] / timings[base][k]:.2f}" for k in keys)
+        agreement = " / ".join(f"{100 * results[(mode, fold)][0]:.1f}%" for fold in (0, 1))
+        lost = " / ".join(f"{100 * (float_accuracy[fold] - results[(mode, fold)][1]):+.1f}" for fold in (0, 1))
+        lines.append(f"| {mode} | {size:.2f} ({size * 1e6 / os.path.getsize(base):.3f}) | "
+                     f"{t[keys[0]]:.1f} / {t[keys[1]]:.1f} | {t[keys[2]]:.1f} / {t[keys[3]]:.1f} | {ratios} | "
+                     f"{agreement} | {lost} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", help="the fixture folder (vit_ti16_in1k.safetensors, photos/, labels.txt)")
+    parser.add_argument("--out", default=None, help="where the .tflite files go (default: a temporary folder)")
+    parser.add_argument("--limit", type=int, default=None, help="photos a fold (default all: 500)")
+    parser.add_argument("--runs", type=int, default=50, help="timed invocations a latency figure")
+    parser.add_argument("--static", action="store_true", help="also static int8 (--int8-activations static)")
+    args = parser.parse_args(argv)
+    from vit_keras.convert.graph import keras_scores
+
+    with open(os.path.join(args.folder, "labels.txt"), encoding="utf-8") as f:
+        labels = [line.strip() for line in f if line.strip()]
+    model = build_model(args.folder)
+    images, classes = load_photos(args.folder, args.limit)
+    reference = keras_scores(model, images, batch_size=32).argmax(-1)
+    float_accuracy = {fold: float(np.mean((reference == classes)[classes % 2 != fold])) for fold in (0, 1)}
+    with tempfile.TemporaryDirectory() as scratch:
+        out = args.out or scratch
+        files = export_files(model, labels, images, classes, out, args.static)
+        results = judge(files, images, classes, reference)
+        paths = list(dict.fromkeys(files.get((m, 1), files.get((m, None))) for m, _ in files))
+        timings = latencies(paths, args.runs)
+        print(f"ViT-Ti/16 (ImageNet-1k), {len(images)} photos; Keras top-1 {100 * np.mean(reference == classes):.1f}%"
+              f" (judged halves: classes calibrated on even {100 * float_accuracy[0]:.1f}%, odd "
+              f"{100 * float_accuracy[1]:.1f}%); {cpu_line()}\n")
+        print(table(files, results, timings, float_accuracy))
+
+
+if __name__ == "__main__":
+    main()

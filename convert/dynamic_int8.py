@@ -1,0 +1,170 @@
+"""int8 with run-time activation scales: int8 weights, and each dense layer's input rounded to int8 a token at a time.
+
+    from vit_keras.convert.dynamic_int8 import int8_from_float
+    int8_bytes = int8_from_float(float_bytes)   # the float graph of export.convert_graph(model, "int8", images)
+
+Static int8 gives each activation one scale, fixed at calibration. Pretrained ViTs write a few tokens far larger
+than the rest into the residual stream ("massive activations"), and such a tensor rounded to one scale leaves the
+other tokens a few levels (where it lost: ``vit-keras verify --per-layer``). Here every FULLY_CONNECTED keeps
+float inputs and outputs with int8 weights, one scale an output channel; XNNPACK quantizes each input row (token)
+to int8 with its own scale when the layer runs and multiplies in int8 (VNNI, AMX), as the dynamic-range mode does.
+The graph is the int8 graph (one qkv layer a block, inputs smoothed into the weights: ``smoothing``), the convs
+and the position table are stored in float16, and the input is raw uint8 pixels, as the static int8 file's.
+"""
+
+import numpy as np
+
+from vit_keras.framework import ops_details
+
+from .half_tables import opcode_index, store_in_half
+from .int8 import nodes_named, op_outputs
+from .metadata import pack_model, unpack_model
+from .runtime import preserving_interpreter
+
+HYBRID_FC_VERSION = 12  # FULLY_CONNECTED with int8 per-channel weights on float inputs, as the converter writes it
+DEQUANTIZE_VERSION = 2  # DEQUANTIZE of a uint8 input
+WEIGHT_LEVELS = 127  # symmetric int8 weights: -127..127, zero point 0
+FEW_ROWS = 8  # a dense layer reading at most this many rows computes in float: rounding them would gain no time
+GRAM_IMAGES = 64  # calibration images whose dense inputs ``compensated_levels`` weighs the rounding by
+
+
+def quantize_rows(weights, gram=None):
+    """(int8 weights, float32 scale an output row) of a (out, in) FULLY_CONNECTED kernel, symmetric per row.
+
+    gram: the layer's input X^T X over calibration rows; given, each input column's rounding error is spread
+    over the columns not yet rounded, as X sees them (GPTQ, Frantar et al. 2023; ``compensated_levels``)."""
+    scale = np.maximum(np.abs(weights).max(axis=1), 1e-12) / WEIGHT_LEVELS
+    if gram is not None:
+        return compensated_levels(weights, scale, gram), scale.astype(np.float32)
+    levels = np.clip(np.round(weights / scale[:, None]), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
+    return levels, scale.astype(np.float32)
+
+
+def compensated_levels(weights, scale, gram, damping=0.01):
+    """int8 levels of ``weights`` (out, in) rounded one input column at a time, each column's error moved onto the
+    later columns through the inverse of ``gram`` (its Cholesky factor), so that X W changes least."""
+    w, h = weights.astype(np.float64).copy(), gram.astype(np.float64).copy()
+    dead = np.diag(h) == 0  # an input that is always 0: its weights don't matter
+    h[dead, dead], w[:, dead] = 1.0, 0.0
+    h[np.diag_indices_from(h)] += damping * np.mean(np.diag(h))
+    upper = np.linalg.cholesky(np.linalg.inv(h)).T
+    levels = np.zeros(w.shape, np.int8)
+    for j in range(w.shape[1]):
+        levels[:, j] = np.clip(np.round(w[:, j] / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS)
+        error = (w[:, j] - levels[:, j] * scale) / upper[j, j]
+        w[:, j + 1:] -= np.outer(error, upper[j, j + 1:])
+    return levels
+
+
+def dense_input_grams(float_bytes, images):
+    """{FULLY_CONNECTED output tensor index: X^T X of its input rows} of the float graph over ``images`` (float32
+    RGB raw pixels, as the float graph takes them)."""
+    interpreter = preserving_interpreter(float_bytes)
+    layers = [(int(op["outputs"][0]), int(op["inputs"][0])) for op in ops_details(interpreter)
+              if op["op_name"] == "FULLY_CONNECTED"]
+    feed, grams = interpreter.get_input_details()[0]["index"], {}
+    for image in images:
+        interpreter.set_tensor(feed, np.asarray(image[None], np.float32))
+        interpreter.invoke()
+        for out, index in layers:
+            x = interpreter.get_tensor(index)
+            x = x.reshape(-1, x.shape[-1]).astype(np.float64)
+            grams[out] = grams.get(out, 0.0) + x.T @ x
+    return grams
+
+
+def int8_dense_weights(model_bytes, grams=None):
+    """Every float FULLY_CONNECTED with a constant kernel given int8 per-output-channel weights (``quantize_rows``).
+    One that reads more than FEW_ROWS rows multiplies in int8 with its input rounded a row at a time as it runs;
+    one that reads fewer (the head, a last block that computes the class token alone) keeps a float input and
+    product, its kernel unpacked to float once at load by a DEQUANTIZE: the same bytes, and no time to speak of.
+    grams: {op output index: X^T X} for ``quantize_rows``."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = unpack_model(model_bytes)
+    graph, float32 = model.subgraphs[0], schema.TensorType.FLOAT32
+    hybrid = opcode_index(model, schema.BuiltinOperator.FULLY_CONNECTED, HYBRID_FC_VERSION)
+    freed, operators = set(), []
+    for op in graph.operators:
+        kernel = graph.tensors[op.inputs[1]] if op.opcodeIndex == hybrid else None
+        data = model.buffers[kernel.buffer].data if kernel is not None and kernel.buffer else None
+        if data is None or not len(data) or kernel.type != float32 or graph.tensors[op.inputs[0]].type != float32:
+            operators.append(op)
+            continue
+        weights = np.asarray(data, np.uint8).view(np.float32).reshape(kernel.shape)
+        levels, scale = quantize_rows(weights, (grams or {}).get(int(op.outputs[0])))
+        freed.add(kernel.buffer)
+        store_levels(model, kernel, levels, scale)
+        if np.prod(np.maximum(graph.tensors[op.inputs[0]].shape[:-1], 1)) > FEW_ROWS:
+            op.builtinOptions.asymmetricQuantizeInputs = True
+        else:
+            operators.append(unpacked_kernel(model, op))
+        operators.append(op)
+    graph.operators = operators
+    used = {tensor.buffer for tensor in graph.tensors}
+    for index in freed - used:  # the float kernels, unless the converter shared one with another tensor
+        model.buffers[index] = schema.BufferT()
+    return pack_model(model, len(model_bytes))
+
+
+def store_levels(model, kernel, levels, scale):
+    """``kernel`` (a TensorT) made int8 with ``levels`` in a new buffer and one scale an output channel."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    buffer = schema.BufferT()
+    buffer.data = levels.view(np.uint8).ravel()
+    model.buffers.append(buffer)
+    kernel.buffer, kernel.type = len(model.buffers) - 1, schema.TensorType.INT8
+    kernel.quantization = schema.QuantizationParametersT()
+    kernel.quantization.scale, kernel.quantization.zeroPoint = scale, np.zeros(len(scale), np.int64)
+    kernel.quantization.quantizedDimension = 0
+
+
+def unpacked_kernel(model, op):
+    """A DEQUANTIZE of ``op``'s int8 kernel into a new float32 tensor, which ``op`` then reads."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    graph = model.subgraphs[0]
+    kernel = graph.tensors[op.inputs[1]]
+    unpacked = schema.TensorT()
+    unpacked.name, unpacked.shape, unpacked.type = kernel.name + b"_float", kernel.shape, schema.TensorType.FLOAT32
+    graph.tensors.append(unpacked)
+    unpack = schema.OperatorT()
+    unpack.opcodeIndex = opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, DEQUANTIZE_VERSION)
+    unpack.inputs, unpack.outputs = [op.inputs[1]], [len(graph.tensors) - 1]
+    op.inputs = [op.inputs[0], len(graph.tensors) - 1, *op.inputs[2:]]
+    return unpack
+
+
+def uint8_input(model_bytes):
+    """The graph's float32 raw-pixel input taken as uint8 (scale 1, zero point 0) through a DEQUANTIZE: the same
+    input as the static int8 file's, so apps and MediaPipe feed it the same raw pixels."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = unpack_model(model_bytes)
+    graph = model.subgraphs[0]
+    index = int(graph.inputs[0])
+    pixels = schema.TensorT()
+    source = graph.tensors[index]
+    pixels.name, pixels.shape, pixels.type = source.name, source.shape, schema.TensorType.UINT8
+    pixels.shapeSignature = source.shapeSignature
+    pixels.quantization = schema.QuantizationParametersT()
+    pixels.quantization.scale, pixels.quantization.zeroPoint = np.ones(1, np.float32), np.zeros(1, np.int64)
+    source.name = source.name + b"_float"
+    graph.tensors.append(pixels)
+    unpack = schema.OperatorT()
+    unpack.opcodeIndex = opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, DEQUANTIZE_VERSION)
+    unpack.inputs, unpack.outputs = [len(graph.tensors) - 1], [index]
+    graph.operators.insert(0, unpack)
+    graph.inputs = [len(graph.tensors) - 1] + [int(i) for i in graph.inputs[1:]]
+    return pack_model(model, len(model_bytes))
+
+
+def int8_from_float(float_bytes, calibration=None):
+    """The int8 file from the float graph (raw-pixel float input, inputs smoothed): int8 dense weights (rounded
+    with their inputs' statistics over ``calibration``, float32 RGB raw pixels, where given), float16 convs and
+    position table, uint8 input."""
+    grams = None if calibration is None else dense_input_grams(float_bytes, calibration)
+    model_bytes = int8_dense_weights(float_bytes, grams)
+    halves = [name for name, _ in op_outputs(model_bytes, "CONV_2D")] + nodes_named(model_bytes, "ADD", ("embedding",))
+    return uint8_input(store_in_half(model_bytes, halves))
