@@ -1,6 +1,8 @@
-"""Atomic file writes: a reader, or a rerun after a kill, sees the old file or the new one, never part of one."""
+"""Files: atomic writes (a reader, or a rerun after a kill, sees the old file or the new one, never part of one), and
+JSON settings files read with a clear error."""
 
 import contextlib
+import json
 import os
 import tempfile
 
@@ -48,3 +50,15 @@ def write_bytes(path, data):
 def write_text(path, text):
     with atomic_path(path) as temp, open(temp, "w") as f:
         f.write(text)
+
+
+def read_json(path):
+    """A JSON object file, or None where there is none; a ValueError naming a damaged one."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a readable JSON file ({error}).") from None
+    return data if isinstance(data, dict) else None

@@ -24,11 +24,11 @@ import gzip
 import logging
 import os
 import struct
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from vit_keras.constants import SPLITS
+from vit_keras.data.arrays import ArrayDataset, split_indices, stack_images
 from vit_keras.data.sampling import apply_limit, balanced_order, describe
 from vit_keras.validation import pair
 
@@ -41,31 +41,6 @@ FASHION_MNIST_CLASSES = [
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 MAX_SIDE = 512  # the longest side folder images keep when no `image_size` is asked for
 DATA_SPECS = "'fashion_mnist', 'tfds:NAME', 'folder:PATH' or 'shards:PATH'"
-
-
-@dataclass
-class ArrayDataset:
-    images: np.ndarray  # uint8 (N, H, W, C)
-    labels: np.ndarray  # int64 (N,)
-    class_names: list
-    skipped: list = field(default_factory=list)  # (path, reason) of unreadable files
-    source: str = ""  # which images these are, for printouts: "the whole folder", "its test/ folder", ...
-
-    @property
-    def num_classes(self):
-        return len(self.class_names)
-
-    def __len__(self):
-        return len(self.labels)
-
-    @property
-    def image_shape(self):
-        return tuple(self.images.shape[1:])
-
-    def sample(self, count, seed=0):
-        """Up to ``count`` images of a seeded draw, with their labels."""
-        order = np.sort(np.random.default_rng(seed).permutation(len(self))[:count])
-        return self.images[order], self.labels[order]
 
 
 def load_arrays(spec, split="train", limit=None, seed=0, **kwargs):
@@ -139,28 +114,6 @@ def _fashion_mnist(split, data_dir):
     from vit_keras.data.tfds_source import load_tfds
 
     return load_tfds("fashion_mnist", split, data_dir)
-
-
-def stack_images(images, target_size):
-    """One uint8 array from images of possibly mixed sizes and channel counts."""
-    channels = 3 if any(im.shape[-1] >= 3 for im in images) else 1
-    sizes = collections.Counter(im.shape[:2] for im in images)
-    size = tuple(target_size) if target_size else sizes.most_common(1)[0][0]
-    if len(sizes) > 1 and not target_size:
-        log.warning("Images have %d different sizes; resizing all to %s.", len(sizes), size)
-    out = np.empty((len(images), *size, channels), np.uint8)
-    from PIL import Image
-
-    for i, im in enumerate(images):
-        if im.shape[-1] == 4:
-            im = im[..., :3]
-        if im.shape[-1] != channels:
-            im = np.repeat(im, channels, axis=-1)
-        if im.shape[:2] != size:
-            resized = Image.fromarray(im.squeeze(-1) if channels == 1 else im).resize(size[::-1], Image.BILINEAR)
-            im = np.asarray(resized).reshape(*size, channels)
-        out[i] = im
-    return out
 
 
 def class_folder_names(path):
@@ -237,15 +190,6 @@ def _decode(path, size):
             background = Image.new("RGBA", image.size, (255, 255, 255, 255))
             image = Image.alpha_composite(background, image.convert("RGBA"))
         return np.asarray(image.convert("RGB"))
-
-
-def split_indices(n, seed, val_fraction):
-    """Seeded (train, val) index arrays; val gets at least one example."""
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"`val_fraction` must be in (0, 1); got {val_fraction}.")
-    order = np.random.default_rng(seed).permutation(n)
-    n_val = min(max(int(round(n * val_fraction)), 1), n - 1)
-    return order[n_val:], order[:n_val]
 
 
 # A folder whose sub-folders are only these holds its splits as given (Keras's image_dataset_from_directory,

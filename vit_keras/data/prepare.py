@@ -17,7 +17,8 @@ from vit_keras.data import datasets
 from vit_keras.data.records import encode_example
 from vit_keras.data.sampling import balanced_order
 from vit_keras.data.shards import FORMAT, MANIFEST, check_encoding
-from vit_keras.data.sources import header_channels, match_channels
+from vit_keras.data.arrays import match_channels
+from vit_keras.data.sources import header_channels
 from vit_keras.files import atomic_path, write_text
 from vit_keras.validation import pair
 

@@ -20,9 +20,8 @@ import os
 import numpy as np
 
 from vit_keras.constants import SHARD_ENCODINGS, SHARD_VERSION
-from vit_keras.data import datasets
+from vit_keras.data.arrays import ArrayDataset, SkipLog, match_channels
 from vit_keras.data.records import RecordFile, parse_example, read_first_record
-from vit_keras.data.sources import SkipLog, match_channels
 from vit_keras.validation import pair
 
 FORMAT = "vit-keras shards"
@@ -151,9 +150,9 @@ class ShardSource:
         return np.stack([image for image, _ in pairs]), np.asarray([label for _, label in pairs], np.int64)
 
     def decode_all(self):
-        """The split decoded into memory: a ``vit_keras.data.datasets.ArrayDataset``."""
+        """The split decoded into memory: a ``vit_keras.data.arrays.ArrayDataset``."""
         images, labels = self.sample(len(self))
-        return datasets.ArrayDataset(images, labels, list(self.class_names), self.skipped, self.source)
+        return ArrayDataset(images, labels, list(self.class_names), self.skipped, self.source)
 
 
 def split_files(manifest, split):

@@ -11,12 +11,12 @@ pixels the app gives it. Other specs ("fashion_mnist", "tfds:NAME") load into me
 import dataclasses
 import logging
 import os
-import threading
 
 import numpy as np
 
 from vit_keras.constants import INPUT_MODES, MEMORY_BUDGET_FRACTION
 from vit_keras.data import datasets
+from vit_keras.data.arrays import SkipLog, match_channels  # noqa: F401  (re-exported: prepare, tests)
 from vit_keras.data.sampling import apply_limit
 from vit_keras.validation import check_choice, pair
 
@@ -25,27 +25,6 @@ log = logging.getLogger("vit_keras.data.sources")
 GRAY_MODES = ("1", "L", "I;16", "I;16B", "I;16L", "I;16N", "I", "F")  # Pillow modes decode_image gives one channel
 CHANNEL_SAMPLE = 2000  # the file headers read to tell gray data from colour
 STREAMED_SPECS = ("folder:", "shards:")
-
-
-class SkipLog:
-    """The unreadable files a stream met, each once however many epochs meet it again; thread-safe."""
-
-    def __init__(self):
-        self.reasons, self.lock = {}, threading.Lock()
-
-    def add(self, path, error):
-        with self.lock:
-            if path in self.reasons:
-                return
-            self.reasons[path] = f"{type(error).__name__}: {error}"
-        log.warning("Skipped unreadable image %s (%s)", path, self.reasons[path])
-
-    def __len__(self):
-        return len(self.reasons)
-
-    def items(self):
-        with self.lock:
-            return list(self.reasons.items())
 
 
 @dataclasses.dataclass
@@ -112,18 +91,6 @@ class FileSource:
     def decode_all(self):
         """The split decoded into memory: a ``vit_keras.data.datasets.ArrayDataset``."""
         return datasets.decode_files(self.files, self.labels, self.class_names, self.image_shape[:2], self.source)
-
-
-def match_channels(image, channels):
-    """A decoded (h, w, 1|3) image with ``channels``: gray repeated to RGB (as a folder of mixed images stacks in
-    memory), RGB to gray by luma (a gray stream's rare colour image)."""
-    if image.shape[-1] == channels:
-        return image
-    if channels == 3:
-        return np.repeat(image, 3, axis=-1)
-    from vit_keras.constants import LUMA_WEIGHTS
-
-    return np.clip(np.round(image @ np.asarray(LUMA_WEIGHTS)), 0, 255).astype(np.uint8)[..., None]
 
 
 def header_channels(files, seed=0, sample=CHANNEL_SAMPLE):

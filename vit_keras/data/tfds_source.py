@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from vit_keras.data.datasets import ArrayDataset, split_indices, stack_images
+from vit_keras.data.arrays import ArrayDataset, split_indices, stack_images
 from vit_keras.data.sampling import tfds_kept
 
 

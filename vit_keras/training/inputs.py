@@ -13,7 +13,7 @@ import dataclasses
 import keras
 
 from vit_keras.data.augmentation import Batching
-from vit_keras.data.datasets import ArrayDataset
+from vit_keras.data.arrays import ArrayDataset
 from vit_keras.training import strategies
 
 

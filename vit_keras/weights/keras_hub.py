@@ -16,8 +16,8 @@ import re
 
 import numpy as np
 
+from vit_keras.files import read_json
 from vit_keras.weights.google import POS, Checkpoint, corrupt_error
-from vit_keras.weights.normalization import read_json
 
 BACKBONE_WEIGHTS = "model.weights.h5"
 TASK_WEIGHTS, TASK_CONFIG, BACKBONE_CONFIG = "task.weights.h5", "task.json", "config.json"

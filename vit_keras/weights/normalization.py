@@ -8,9 +8,9 @@ What each layout records (README, "Input normalization"):
   a keras-hub preset folder           image_converter.json: scale, offset (pixel * scale + offset).
 """
 
-import json
 import os
 
+from vit_keras.files import read_json
 from vit_keras.weights.fetch import resolve
 
 HF_PREPROCESSOR = "preprocessor_config.json"
@@ -80,18 +80,6 @@ def recorded_normalization(weights):
             f"{TIMM_CONFIG} do). Give it: pixel_mean=None for the Google / AugReg checkpoints' (pixel - 127.5) / "
             "127.5, pixel_mean='imagenet' for timm's ImageNet default, or the values.")
     return found
-
-
-def read_json(path):
-    """A JSON object file, or None where there is none; a ValueError naming a damaged one."""
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not a readable JSON file ({error}).") from None
-    return data if isinstance(data, dict) else None
 
 
 def as_list(values):
