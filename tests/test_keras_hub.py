@@ -56,3 +56,12 @@ def test_a_backbone_alone_fine_tunes_with_a_zero_head(tmp_path):
 def test_a_folder_without_weights_names_what_it_looks_for(tmp_path):
     with pytest.raises(FileNotFoundError, match="nor a keras-hub preset"):
         weights.load_weights(vit_keras.create_model("vit_b16", **keras_hub_arguments(FOLDER)), str(tmp_path))
+
+
+def test_train_fine_tunes_a_keras_hub_folder_with_the_shape_its_config_gives(tmp_path, capsys):
+    from vit_keras.training import train
+
+    record = train.train("fashion_mnist", str(tmp_path), weights=FOLDER, limit=128, epochs=1, batch_size=64,
+                         image_size=32, jit_compile=False, verbose=0, tensorboard=False)
+    assert record["recipe"] == "finetune" and record["vit"]["hidden_size"] == 16 and record["vit"]["channels"] == 1
+    assert "recipe: finetune, because the weights are pretrained" in capsys.readouterr().out

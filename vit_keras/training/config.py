@@ -15,6 +15,7 @@ from vit_keras.data.augmentation import Augmentation, check_crop_scale
 from vit_keras.models.configs import MODELS
 from vit_keras.training.backends import check_strategy
 from vit_keras.validation import check_choice, pair
+from vit_keras.weights.keras_hub import is_keras_hub_folder, keras_hub_arguments
 from vit_keras.weights.presets import check_architecture, find_preset, nearest_presets
 
 BASE_BATCH_SIZE = 512
@@ -60,6 +61,8 @@ RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "optimizer", "weight_dec
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate", "distill")
 VERBOSITIES = ("auto", 0, 1, 2)  # model.fit's
+# What a keras-hub preset folder's config.json gives a run's model (``weights.keras_hub.keras_hub_arguments``).
+KERAS_HUB_SHAPE = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_layers", "norm_epsilon")
 
 
 def scaled_learning_rate(base_lr, batch_size, base_batch_size=BASE_BATCH_SIZE):
@@ -116,8 +119,9 @@ class TrainConfig:
     distill: "cnn": the ViT learns from a small CNN's labels too (DeiT's hard distillation, ``vit_keras.training.distill``),
       the CNN trained first for ``teacher_steps`` steps; "none": from the data's alone; "auto": "cnn" where the
       recipe's own ViT trains from scratch on data the step floor repeats (small data), else "none".
-    weights: a .keras model to fine-tune, a checkpoint for ``model_name``, or a preset name
-      (``vit_keras.list_presets()``), which brings its model: another ``model_name`` or architecture is refused.
+    weights: a .keras model to fine-tune, a checkpoint for ``model_name``, a preset name
+      (``vit_keras.list_presets()``), which brings its model: another ``model_name`` or architecture is refused, or
+      a keras-hub preset folder, whose config.json gives the model's shape when ``model_name`` is unset.
     limit, data_dir, val_fraction, seed: the data (the first ``limit`` examples of each split; tfds' folder; a
       folder dataset's held-out fraction; the shuffle, augmentation and initialization seed).
     backup_every: "epoch" or a number of steps between the backups a rerun resumes from.
@@ -234,6 +238,10 @@ class TrainConfig:
         if preset is not None:  # the preset brings its model: another name or architecture is refused
             check_architecture(preset, self.model_name, self.model_overrides or {})
             object.__setattr__(self, "model_name", preset.model)
+        elif self.model_name is None and os.path.isdir(str(self.weights)) and is_keras_hub_folder(self.weights):
+            shape = {key: value for key, value in keras_hub_arguments(self.weights).items() if key in KERAS_HUB_SHAPE}
+            object.__setattr__(self, "model_name", "vit_b16")  # a named model, its shape the folder's config
+            object.__setattr__(self, "model_overrides", {**shape, **(self.model_overrides or {})})
         if self.model_name is not None:
             check_choice(self.model_name, "model_name", tuple(MODELS))
         if self.image_size is not None:

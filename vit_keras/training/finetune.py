@@ -1,14 +1,15 @@
-"""Fine-tuning pretrained weights: the input size a run uses when none is asked for, chosen for the machine.
+"""Fine-tuning pretrained weights: the input size a run uses when none is asked for, chosen for the data and the
+machine.
 
-The position embedding is resampled to any patch grid (``vit_keras.models.position``), so a pretrained ViT fine-tunes
-at any size that holds whole patches. Its cost per image grows with the token count times its width squared and
-its depth; on a CPU that cost decides how many images a minute trains, and fewer, smaller images lose less than
-fewer steps do (docs/benchmarks.md, "Fine-tuning a pretrained ViT"). So:
+The position embedding is resampled to any patch grid (``vit_keras.models.position``), so a pretrained ViT
+fine-tunes at any size that holds whole patches, and a larger one is more accurate (docs/benchmarks.md,
+"Fine-tuning a pretrained ViT") but slower: per image, each block costs about 12 D^2 a token (projections, MLP)
+plus 2 D a token pair (attention). So:
 
   * with an accelerator (GPU, TPU): the weights' own size (a preset's; a .keras model's; else 224);
-  * on CPUs: the largest size, in whole patches and at most the weights' own, whose cost per image fits
-    ``COST_PER_CORE`` times the cores this process may use (a ViT-Ti/16 at 96 pixels on 2 cores), and never
-    fewer than ``MIN_GRID`` patches a side.
+  * on CPUs: the largest size, in whole patches, at least ``MIN_GRID`` patches a side and at most the weights'
+    own, whose estimated fit (the images the recipe trains on, at that cost, at ``RATE_PER_CORE`` ViT-Ti/16 images
+    at 96 px a second a core) takes at most ``FIT_MINUTES``; the smallest where none does.
 """
 
 import dataclasses
@@ -16,18 +17,27 @@ import json
 import os
 import zipfile
 
+from vit_keras.data.datasets import folder_split
+from vit_keras.data.shards import open_shards
 from vit_keras.models.configs import model_config
 from vit_keras.weights.presets import find_preset
 
 DEFAULT_SIDE = 224  # the usual pre-training size, for a checkpoint file that names none
 MIN_GRID = 4
-TI16 = dict(hidden_size=192, num_layers=12)
-COST_PER_CORE = (96 // 16) ** 2 * TI16["hidden_size"] ** 2 * TI16["num_layers"] / 2
+FIT_MINUTES = 20
+# Training images a second a core, of a ViT-Ti/16 at 96 px: the low end of 145-230 on 2 cores (docs/benchmarks.md).
+RATE_PER_CORE = 145 / 2
+FASHION_MNIST_TRAIN = 60_000
 
 
 def cost(side, patch, hidden_size, num_layers):
-    """Relative training cost of one image: tokens x width^2 x depth."""
-    return (side // patch) ** 2 * hidden_size ** 2 * num_layers
+    """Relative training cost of one image: per block, 12 D^2 a token and 2 D a token pair (class token
+    included)."""
+    tokens = (side // patch) ** 2 + 1
+    return num_layers * tokens * (12 * hidden_size ** 2 + 2 * tokens * hidden_size)
+
+
+REFERENCE_COST = cost(96, 16, 192, 12)  # a ViT-Ti/16 at 96 px, which RATE_PER_CORE was measured on
 
 
 def usable_cores():
@@ -69,26 +79,54 @@ def pretrained_shape(config):
         return patch, vit["hidden_size"], vit["num_layers"], max(vit["image_size"]), "the saved model's size"
     vit = model_config(config.model_name, **{key: value for key, value in (config.model_overrides or {}).items()
                                              if key in ("patch_size", "hidden_size", "num_layers")})
-    shape = vit["patch_size"], vit["hidden_size"], vit["num_layers"]
+    patch = vit["patch_size"] if isinstance(vit["patch_size"], int) else max(vit["patch_size"])
+    shape = patch, vit["hidden_size"], vit["num_layers"]
     preset = find_preset(config.weights)
     if preset is not None:
         return (*shape, preset.image_size, f"preset {preset.name}'s own")
     return (*shape, DEFAULT_SIDE, "the usual pre-training size")
 
 
-def finetune_image_size(config, cores=None, accelerators=None):
-    """(side, reason): the input size of a fine-tuning run with no ``image_size`` asked for."""
-    stride, width, depth, native, what = pretrained_shape(config)
+def training_images(config):
+    """The training images a run has in one pass, counted (folders listed and shards' manifests read, nothing
+    decoded)."""
+    spec = config.data
+    if spec.startswith("folder:"):
+        count = len(folder_split(spec[len("folder:"):], "train", config.seed, config.val_fraction)[0])
+    elif spec.startswith("shards:"):
+        count = len(open_shards(spec[len("shards:"):], "train"))
+    elif spec.startswith("tfds:"):
+        import tensorflow_datasets as tfds
+
+        splits = tfds.builder(spec[len("tfds:"):], data_dir=config.data_dir).info.splits
+        count = int(splits["train"].num_examples * (1 - config.val_fraction if list(splits) == ["train"] else 1))
+    else:
+        count = FASHION_MNIST_TRAIN
+    return min(count, config.limit or count)
+
+
+def fit_seconds(images, side, shape, cores):
+    """Estimated seconds to train on ``images`` images at ``side`` (shape: patch, width, depth) on ``cores``."""
+    return images * cost(side, *shape) / REFERENCE_COST / (RATE_PER_CORE * cores)
+
+
+def finetune_image_size(config, cores=None, accelerators=None, images=None):
+    """(side, reason): the input size of a fine-tuning run with no ``image_size`` asked for. ``images``: the
+    training images (default: counted from the data)."""
+    patch, width, depth, native, what = pretrained_shape(config)
     accelerators = accelerator_count() if accelerators is None else accelerators
     if accelerators:
         return native, f"{what} ({accelerators} accelerator(s) found)"
     cores = usable_cores() if cores is None else cores
-    smallest = stride * MIN_GRID
-    fitting = [side for side in range(smallest, native + 1, stride)
-               if cost(side, stride, width, depth) <= COST_PER_CORE * cores]
-    side = max(fitting, default=min(smallest, native))
-    return side, (f"the largest whose cost fits {cores} CPU core(s) (a ViT-Ti/16 at 96 px per 2 cores; at least "
-                  f"{MIN_GRID}x{MIN_GRID} patches, at most {what}, {native})")
+    images = training_images(config) if images is None else images
+    seen = config.epochs * config.steps_per_epoch(images) * config.batch_size
+    sides = list(range(min(patch * MIN_GRID, native), native + 1, patch))
+    fitting = [side for side in sides if fit_seconds(seen, side, (patch, width, depth), cores) <= FIT_MINUTES * 60]
+    side = max(fitting, default=sides[0])
+    minutes = fit_seconds(seen, side, (patch, width, depth), cores) / 60
+    return side, (f"the largest whose fit takes at most {FIT_MINUTES} min on {cores} CPU core(s): about "
+                  f"{minutes:.0f} min for {seen:,} training images (estimated from {RATE_PER_CORE:g} img/s a core "
+                  f"for a ViT-Ti/16 at 96 px); at most {what}, {native}, at least {MIN_GRID}x{MIN_GRID} patches")
 
 
 def with_image_size(config):

@@ -113,6 +113,7 @@ def keras_hub_arguments(folder):
     task = (read_json(os.path.join(folder, TASK_CONFIG)) or {}).get("config", {})
     height, width = backbone["image_shape"][:2]
     patch = backbone["patch_size"]
+    patch = patch[0] if not isinstance(patch, int) and patch[0] == patch[1] else patch
     arguments = dict(image_size=(height, width), patch_size=patch if isinstance(patch, int) else tuple(patch),
                      hidden_size=backbone["hidden_dim"], num_heads=backbone["num_heads"], mlp_dim=backbone["mlp_dim"],
                      num_layers=backbone["num_layers"], norm_epsilon=backbone.get("layer_norm_epsilon", 1e-6),
