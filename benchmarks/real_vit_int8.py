@@ -1,6 +1,7 @@
 """int8 on a real ImageNet-pretrained ViT-Ti/16: every export mode's size, latency, agreement and accuracy, two folds.
 
     python benchmarks/real_vit_int8.py /path/to/real-imagenet [--out DIR] [--limit N] [--runs 50] [--static]
+        [--compare] [--min-agreement 0.98]
 
 The folder is what shared/fixtures/real_imagenet.py writes: vit_ti16_in1k.safetensors (timm's layout, inputs
 normalized with mean = std = 0.5), photos/<class index>/<file>.JPEG (one photo a class) and labels.txt. Photos are
@@ -9,6 +10,11 @@ calibrates on the even classes' photos and is judged on the odd ones', then the 
 by a file that never saw it; float files need no calibration and are judged on the same halves. Agreement is top-1
 against the Keras model, accuracy against the photo's class. Latency: batch 1, the median of --runs invocations,
 rounds of every file interleaved, the fold-1 file of each int8 mode. Prints a Markdown table and the CPU.
+
+--compare adds, calibrated on the same photos, ai-edge-quantizer 0.10.0's recipes applied to our float32 file
+(static int8, 16-bit activations with int8 weights, dynamic) and TFLite's own 16x8 mode (16-bit activations, int8
+weights) of the same graph. --min-agreement adds the static sweep's file (``export_tflite(min_agreement=...)``,
+its held-out part taken from the fold's calibration photos) and prints how long each fold's sweep took.
 """
 
 import argparse
@@ -19,9 +25,11 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # int8_zoo's ai-edge-quantizer helper
 
 CROP, RESIZE = 224, 248  # timm's evaluation transform for 224-pixel ViTs (crop_pct 0.9)
 MODES = ("float32", "float16", "dynamic", "int8")
+AEQ_RECIPES = ("static_wi8_ai8", "static_wi8_ai16", "dynamic_wi8_afp32")  # ai-edge-quantizer 0.10.0's
 
 
 def load_photos(folder, limit=None):
@@ -51,23 +59,71 @@ def build_model(folder):
                                   pixel_mean="inception", pixel_std="inception", include_preprocessing=True)
 
 
-def export_files(model, labels, images, classes, out, static):
+def export_files(model, labels, images, classes, out, args):
     """{(mode, fold): path}; fold None for float files, else the parity of the classes int8 calibrated on."""
+    import time
+
     from vit_keras.convert.export import export_tflite
 
     files = {}
     for mode in MODES[:3]:
         files[(mode, None)] = os.path.join(out, f"{mode}.tflite")
         export_tflite(model, files[(mode, None)], quantize=mode, labels=labels)
-    int8_modes = [("int8", "dynamic")] + ([("int8 static", "static")] if static else [])
-    for name, activations in int8_modes:
+    int8_modes = [("int8", dict(int8_activations="dynamic"))]
+    if args.static:
+        int8_modes.append(("int8 static", dict(int8_activations="static")))
+    if args.min_agreement:
+        int8_modes.append((f"int8 --min-agreement {args.min_agreement}", dict(min_agreement=args.min_agreement)))
+    for name, options in int8_modes:
         for fold in (0, 1):
             calibration = images[classes % 2 == fold]
             path = os.path.join(out, f"{name.replace(' ', '_')}_calibrated_on_{'odd' if fold else 'even'}.tflite")
+            start = time.perf_counter()
             export_tflite(model, path, quantize="int8", labels=labels, calibration=calibration,
-                          calibration_size=len(calibration), int8_activations=activations)
+                          calibration_size=len(calibration), **options)
+            if "min_agreement" in options:
+                print(f"{name}, calibrated on the {'odd' if fold else 'even'} classes: the sweep and export took "
+                      f"{time.perf_counter() - start:.0f} s")
             files[(name, fold)] = path
+    if args.compare:
+        files.update(compared_files(model, labels, images, classes, files[("float32", None)], out))
     return files
+
+
+def compared_files(model, labels, images, classes, float_path, out):
+    """ai-edge-quantizer's recipes and TFLite's 16x8 mode, each fold calibrated on its classes' photos."""
+    from int8_zoo import ai_edge_quantize
+
+    files = {}
+    for fold in (0, 1):
+        calibration, side = images[classes % 2 == fold], "odd" if fold else "even"
+        for recipe_name in AEQ_RECIPES:
+            path = os.path.join(out, f"aeq_{recipe_name}_calibrated_on_{side}.tflite")
+            files[(f"ai-edge-quantizer {recipe_name}", fold)] = ai_edge_quantize(float_path, recipe_name,
+                                                                                 calibration, path)
+        path = os.path.join(out, f"tflite_16x8_calibrated_on_{side}.tflite")
+        files[("TFLite 16x8", fold)] = tflite_16x8(model, labels, calibration, path)
+    return files
+
+
+def tflite_16x8(model, labels, calibration, path):
+    """TFLite's 16-bit-activation, 8-bit-weight mode of the export graph (raw-pixel float input, our metadata)."""
+    import tensorflow as tf
+
+    from vit_keras.convert import metadata as tflite_metadata
+    from vit_keras.convert.export import classifier_metadata
+    from vit_keras.convert.graph import concrete_function
+    from vit_keras.convert.tflite import representative_dataset
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete_function(model, raw_pixels=True)])
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative_dataset(calibration)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    meta = classifier_metadata(model, labels, "int8", np.float32)  # raw 0-255 pixels: mean 0, std 1
+    data = tflite_metadata.populate(converter.convert(), meta, {"labels.txt": ("\n".join(labels) + "\n").encode()})
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
 
 
 def judge(files, images, classes, reference):
@@ -138,6 +194,10 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, default=None, help="photos a fold (default all: 500)")
     parser.add_argument("--runs", type=int, default=50, help="timed invocations a latency figure")
     parser.add_argument("--static", action="store_true", help="also static int8 (--int8-activations static)")
+    parser.add_argument("--compare", action="store_true",
+                        help="also ai-edge-quantizer's recipes and TFLite's 16x8 mode on the same photos")
+    parser.add_argument("--min-agreement", type=float, default=None, metavar="FRACTION",
+                        help="also static int8's --min-agreement file (its sweep timed)")
     args = parser.parse_args(argv)
     from vit_keras.convert.graph import keras_scores
 
@@ -149,7 +209,7 @@ def main(argv=None):
     float_accuracy = {fold: float(np.mean((reference == classes)[classes % 2 != fold])) for fold in (0, 1)}
     with tempfile.TemporaryDirectory() as scratch:
         out = args.out or scratch
-        files = export_files(model, labels, images, classes, out, args.static)
+        files = export_files(model, labels, images, classes, out, args)
         results = judge(files, images, classes, reference)
         paths = list(dict.fromkeys(files.get((m, 1), files.get((m, None))) for m, _ in files))
         timings = latencies(paths, args.runs)
