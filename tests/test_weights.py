@@ -6,16 +6,15 @@ transformers); see its docstring. Logits must agree to 1e-4 (float32).
 
 import functools
 import hashlib
-import http.server
 import os
 import shutil
-import threading
 
 import numpy as np
 import pytest
 
 import vit_keras
 import weight_checkpoints as wc
+from weight_server import WeightServer
 from vit_keras.models import position
 from vit_keras.weights import loader as weights
 from vit_keras.weights.fetch import DownloadError
@@ -360,46 +359,11 @@ def test_missing_file_unknown_format_and_wrong_model(tmp_path):
 
 # ---- URLs ---------------------------------------------------------------------------------------------------
 
-class Server:
-    """A local http.server in a thread, serving the fixtures folder; counts requests."""
-
-    def __init__(self, root):
-        self.requests = []
-        outer = self
-
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, directory=root, **kwargs)
-
-            def do_GET(self):
-                outer.requests.append(self.path)
-                if self.path.startswith("/short/"):  # announces more bytes than it sends
-                    body = b"PK\x03\x04" + b"\0" * 100
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(body) + 1000))
-                    self.end_headers()
-                    self.wfile.write(body)
-                    return
-                super().do_GET()
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def server(monkeypatch):
     for name in ("no_proxy", "NO_PROXY"):  # a CI proxy must not swallow requests to 127.0.0.1
         monkeypatch.setenv(name, "127.0.0.1,localhost")
-    s = Server(FIXTURES)
+    s = WeightServer(FIXTURES)
     yield s
     s.close()
 
@@ -424,11 +388,12 @@ def test_url_download_is_cached_and_checked(server, tmp_path, monkeypatch):
 
 
 def test_truncated_download_and_offline_errors(server, tmp_path):
-    with pytest.raises(DownloadError, match="truncated"):  # kept as a .part, which the next try resumes
-        weights.load_weights(build(**AUGREG), f"{server.url}/short/x.npz", cache_dir=tmp_path)
-    assert [f for _, _, files in os.walk(tmp_path) for f in files] == ["x.npz.part"]
-    server.close()  # now nothing listens on that port: as good as offline
     url = f"{server.url}/google_augreg.npz"
+    server.cut["/google_augreg.npz"] = 104  # the whole length announced, 104 bytes sent, the connection closed
+    with pytest.raises(DownloadError, match="truncated"):  # kept as a .part, which the next try resumes
+        weights.load_weights(build(**AUGREG), url, cache_dir=tmp_path)
+    assert [f for _, _, files in os.walk(tmp_path) for f in files] == ["google_augreg.npz.part"]
+    server.close()  # now nothing listens on that port: as good as offline
     with pytest.raises(DownloadError) as info:
         weights.load_weights(build(**AUGREG), url, cache_dir=tmp_path)
     target = os.path.join(str(tmp_path), f"127.0.0.1_{server.url.rsplit(':', 1)[1]}", "google_augreg.npz")
