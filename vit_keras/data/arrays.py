@@ -98,3 +98,21 @@ class SkipLog:
     def items(self):
         with self.lock:
             return list(self.reasons.items())
+
+
+class StreamedSplit:
+    """What every stream source (a folder's ``FileSource``, shards' ``ShardSource``) answers from its
+    ``class_names``, ``image_shape`` (h, w, c), ``skips`` (a ``SkipLog``) and length."""
+
+    @property
+    def num_classes(self):
+        return len(self.class_names)
+
+    @property
+    def skipped(self):
+        """(path, reason) of the unreadable files met so far."""
+        return self.skips.items()
+
+    def decoded_bytes(self):
+        """The bytes the split takes decoded into memory."""
+        return len(self) * int(np.prod(self.image_shape))

@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from vit_keras.constants import SHARD_ENCODINGS, SHARD_VERSION
-from vit_keras.data.arrays import ArrayDataset, SkipLog, match_channels
+from vit_keras.data.arrays import ArrayDataset, SkipLog, StreamedSplit, match_channels
 from vit_keras.data.records import RecordFile, parse_example, read_first_record
 from vit_keras.validation import pair
 
@@ -68,7 +68,7 @@ def check_header(path, file, manifest, count):
 
 
 @dataclasses.dataclass
-class ShardSource:
+class ShardSource(StreamedSplit):
     """One split of a shard set: its files and their image counts, the class names, the (h, w, c) images, their
     encoding, and which images these are (for printouts)."""
 
@@ -82,17 +82,6 @@ class ShardSource:
 
     def __len__(self):
         return int(sum(self.counts))
-
-    @property
-    def num_classes(self):
-        return len(self.class_names)
-
-    @property
-    def skipped(self):
-        return self.skips.items()
-
-    def decoded_bytes(self):
-        return len(self) * int(np.prod(self.image_shape))
 
     def record_bytes(self):
         """The mean size of an encoded image."""

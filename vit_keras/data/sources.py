@@ -16,7 +16,7 @@ import numpy as np
 
 from vit_keras.constants import INPUT_MODES, MEMORY_BUDGET_FRACTION
 from vit_keras.data import datasets
-from vit_keras.data.arrays import SkipLog, match_channels  # noqa: F401  (re-exported: prepare, tests)
+from vit_keras.data.arrays import SkipLog, StreamedSplit, match_channels
 from vit_keras.data.sampling import apply_limit
 from vit_keras.validation import check_choice, pair
 
@@ -28,7 +28,7 @@ STREAMED_SPECS = ("folder:", "shards:")
 
 
 @dataclasses.dataclass
-class FileSource:
+class FileSource(StreamedSplit):
     """A folder split, listed but not decoded: image files, int64 labels, the class names, the (h, w, c) every
     image decodes to, and which images these are (for printouts)."""
 
@@ -41,17 +41,6 @@ class FileSource:
 
     def __len__(self):
         return len(self.files)
-
-    @property
-    def num_classes(self):
-        return len(self.class_names)
-
-    @property
-    def skipped(self):
-        return self.skips.items()
-
-    def decoded_bytes(self):
-        return len(self) * int(np.prod(self.image_shape))
 
     def read(self, index):
         """Image ``index`` as uint8 (h, w, c), decoded as ``vit_keras.data.datasets.decode_image`` decodes it;
