@@ -16,6 +16,7 @@ import numpy as np
 
 from vit_keras.framework import ops_details
 
+from .graph import POSITION_ADD
 from .half_tables import opcode_index, store_in_half
 from .int8 import nodes_named, op_outputs
 from .metadata import pack_model, unpack_model
@@ -25,7 +26,6 @@ HYBRID_FC_VERSION = 12  # FULLY_CONNECTED with int8 per-channel weights on float
 DEQUANTIZE_VERSION = 2  # DEQUANTIZE of a uint8 input
 WEIGHT_LEVELS = 127  # symmetric int8 weights: -127..127, zero point 0
 FEW_ROWS = 8  # a dense layer reading at most this many rows computes in float: rounding them would gain no time
-GRAM_IMAGES = 64  # calibration images whose dense inputs ``compensated_levels`` weighs the rounding by
 
 
 def quantize_rows(weights, gram=None):
@@ -166,5 +166,5 @@ def int8_from_float(float_bytes, calibration=None):
     position table, uint8 input."""
     grams = None if calibration is None else dense_input_grams(float_bytes, calibration)
     model_bytes = int8_dense_weights(float_bytes, grams)
-    halves = [name for name, _ in op_outputs(model_bytes, "CONV_2D")] + nodes_named(model_bytes, "ADD", ("embedding",))
+    halves = [name for name, _ in op_outputs(model_bytes, "CONV_2D")] + nodes_named(model_bytes, "ADD", (POSITION_ADD,))
     return uint8_input(store_in_half(model_bytes, halves))
