@@ -321,3 +321,13 @@ def test_jax_streams_shards_through_the_light_record_reader(shard_set, tmp_path)
     assert "input: streamed from disk: 68 images" in result.stdout
     outcome = json.loads(result.stdout.strip().splitlines()[-1])  # not tf.data's stream: a PyDataset's
     assert outcome == dict(steps=4, completed=True, pipelines=["vit_keras.data.stream_batches"])
+
+
+@pytest.mark.parametrize("mode", ["memory", "stream"])
+def test_a_limit_says_what_it_kept_once_in_memory_or_streamed(tmp_path, capsys, mode):
+    root = numbered_folder(tmp_path / "set", count=40)
+    (train,), chosen, _ = sources.load_splits(f"folder:{root}", ("train",), mode, limit=10, whole_folder=True,
+                                              image_size=(10, 12))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("limit 10")]
+    assert chosen == mode and len(train) == 10 and lines == [
+        "limit 10 (seed 0, class-balanced): kept 10 of 40 images, 5 of each of 2 classes"]

@@ -104,6 +104,8 @@ class StreamedSplit:
     """What every stream source (a folder's ``FileSource``, shards' ``ShardSource``) answers from its
     ``class_names``, ``image_shape`` (h, w, c), ``skips`` (a ``SkipLog``) and length."""
 
+    limit_note = ""  # the line saying what a ``limit`` kept, where there is one to say (shards are written balanced)
+
     @property
     def num_classes(self):
         return len(self.class_names)

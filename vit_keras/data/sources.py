@@ -30,7 +30,7 @@ STREAMED_SPECS = ("folder:", "shards:")
 @dataclasses.dataclass
 class FileSource(StreamedSplit):
     """A folder split, listed but not decoded: image files, int64 labels, the class names, the (h, w, c) every
-    image decodes to, and which images these are (for printouts)."""
+    image decodes to, which images these are, and what a ``limit`` kept (for printouts)."""
 
     files: list
     labels: np.ndarray
@@ -38,6 +38,7 @@ class FileSource(StreamedSplit):
     image_shape: tuple
     source: str = ""
     skips: SkipLog = dataclasses.field(default_factory=SkipLog)
+    limit_note: str = ""
 
     def __len__(self):
         return len(self.files)
@@ -101,13 +102,15 @@ def list_folder_split(path, split="train", seed=0, val_fraction=0.1, image_size=
     """A ``FileSource`` of one split of a folder dataset (the split ``datasets.load_dataset`` decodes), decoded at
     ``image_size`` (default: the folder's most common size, at most ``datasets.MAX_SIDE`` a side)."""
     files, labels, class_names, source = datasets.folder_split(path, split, seed, val_fraction, whole)
-    if limit is not None:  # a seeded, class-balanced sample, said so
-        kept = apply_limit(labels, limit, seed, class_names)
+    notes = []  # what a limit kept: said by a stream, or by the decoder (which tops up unreadable ones)
+    if limit is not None:  # a seeded, class-balanced sample
+        kept = apply_limit(labels, limit, seed, class_names, log=notes.append)
         files, labels = [files[i] for i in kept], labels[kept]
     size = pair(image_size, "image_size") if image_size is not None else datasets.common_size(files, path)
     if size is None:
         raise ValueError(f"No readable images in the {split!r} split of {path!r} ({len(files)} unreadable).")
-    return FileSource(files, labels, class_names, (*size, header_channels(files, seed)), source)
+    return FileSource(files, labels, class_names, (*size, header_channels(files, seed)), source,
+                      limit_note="".join(notes))
 
 
 def list_split(spec, split="train", seed=0, val_fraction=0.1, image_size=None, limit=None, whole_folder=False,
@@ -191,6 +194,9 @@ def load_splits(spec, splits, input_mode="auto", **options):
     listed = [list_split(spec, split, **options) for split in splits]
     mode, why = choose_input(input_mode, listed)
     if mode == "stream":
+        for source in listed:
+            if source.limit_note:
+                print(source.limit_note)
         return listed, mode, why
     if options.get("limit") is not None:  # the first `limit` readable images, past unreadable ones
         return [datasets.load_dataset(spec, split, **options) for split in splits], mode, why
