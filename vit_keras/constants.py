@@ -72,6 +72,12 @@ BOUNDS = (("warmup_epochs", lambda v: v >= 0, ">= 0"), ("weight_decay", lambda v
 # Defaults the library and the CLI's help share.
 STEPS_PER_EXECUTION = 8  # TrainConfig.steps_per_execution
 MICRO_BATCHES = 2  # TrainConfig.micro_batches: concurrent XLA programs a step on one device
+# The activations one training step may hold (vit_keras.training.memory): a larger batch accumulates its gradients
+# over several steps. 250 MB (4 images a step for a ViT-Ti/16 at 224 px) keeps that run under 3 GB in all.
+ACTIVATION_BUDGET = 250_000_000
+FLOAT_BYTES = 4  # float32 activations (mixed precision halves most: the estimate stays on the safe side)
+BACKUP_MINUTES = 10.0  # TrainConfig.backup_every's default: minutes of training between backups
+PROGRESS_SECONDS = 45.0  # a log (stdout not a terminal) gets a progress line this often within an epoch
 VAL_FRACTION = 0.1  # a folder's held-out share
 MIN_CALIBRATION_IMAGES = 100  # int8: fewer leave the activation ranges to chance
 DEFAULT_CALIBRATION_IMAGES = 300

@@ -15,7 +15,8 @@ def _umask():
 
 @contextlib.contextmanager
 def atomic_path(path):
-    """A temp path beside ``path``, with its suffix (writers that pick a format by name still work).
+    """A temp path beside ``path``, with its suffixes (writers that pick a format by name, ``.weights.h5`` too,
+    still work).
 
     When the block succeeds the temp file is synced and replaces ``path`` with the usual permissions
     (mkstemp makes it private); on any error it is removed and ``path`` is left as it was.
@@ -23,7 +24,9 @@ def atomic_path(path):
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=folder)
+    name = os.path.basename(path).lstrip(".")
+    suffix = "." + name.split(".", 1)[1] if "." in name else ""
+    handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
     os.close(handle)
     try:
         yield temp

@@ -45,6 +45,13 @@ def skip_symbolic_build(model):
     model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
 
 
+def set_initial_epoch(model, epoch):
+    """Make the next ``fit`` start at ``epoch``, as Keras's own BackupAndRestore does when it restores a backup
+    (``fit`` reads ``_initial_epoch`` before its ``initial_epoch`` argument)."""
+    internal(model, "_initial_epoch")
+    model._initial_epoch = epoch
+
+
 def compute_loss(model, **kwargs):
     """``model``'s compiled loss without its metrics side effects (the test step's)."""
     return internal(model, "_compute_loss")(**kwargs)

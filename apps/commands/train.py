@@ -4,12 +4,13 @@ With --export (and --web) it then ships the run: the .tflite files, their verify
 (apps/ship.py), skipping on a rerun what is up to date.
 """
 
+import argparse
 import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
 from vit_keras.apps.commands import add_input_arguments
-from vit_keras.constants import (AUGMENTATIONS, BACKEND_STRATEGIES, BOUNDS, DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS,
+from vit_keras.constants import (ACTIVATION_BUDGET, AUGMENTATIONS, BACKUP_MINUTES, BACKEND_STRATEGIES, BOUNDS, DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS,
                                  POOLINGS, PRECISIONS, QUANTIZATIONS, RECIPES, STEPS_PER_EXECUTION, STRATEGIES,
                                  VAL_FRACTION)
 
@@ -83,8 +84,17 @@ def add_arguments(parser):
                         help="use a seeded, class-balanced sample of N examples of each split (it prints how many "
                              "of each class)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backup-every", type=int, default=None,
-                        help="back up for resumption every N steps (default: every epoch)")
+    parser.add_argument("--backup-every", type=backup_interval, default="auto", metavar="N|Mmin|epoch",
+                        help="besides each epoch's end, back up for resumption every N steps, every M minutes of "
+                             f"training ('5min'), or only at epoch ends ('epoch'); default: every "
+                             f"{BACKUP_MINUTES:g} minutes")
+    parser.add_argument("--accumulate", type=int, default=None, metavar="N",
+                        help="compute each batch as N accumulated steps of batch/N images (the same update, 1/N "
+                             "of the memory); default: the fewest whose activations stay within "
+                             f"{ACTIVATION_BUDGET / 1e6:.0f} MB a step")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start afresh in --out when it holds a run with other settings (its model, history "
+                             "and backups are deleted); without it such a rerun is refused")
     parser.add_argument("--steps-per-execution", type=int, default=None,
                         help=f"training steps per call into TensorFlow (fewer Python round trips; default {STEPS_PER_EXECUTION})")
     parser.add_argument("--micro-batches", type=int, default=None,
@@ -102,12 +112,24 @@ def add_arguments(parser):
                              "first mode)")
 
 
+def backup_interval(text):
+    """--backup-every: "auto", "epoch", N steps or "<M>min", checked as TrainConfig checks it."""
+    from vit_keras.training.plan import parse_every
+
+    value = int(text) if text.isdigit() else text
+    try:
+        parse_every(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).replace("`backup_every`", "--backup-every")) from None
+    return value
+
+
 def check_args(args):
     """Early, clear errors for values argparse cannot check (the Keras backend's among them)."""
     from vit_keras.training.backends import check_backend, check_strategy
 
     check_strategy(args.strategy, check_backend(), name="--strategy")
-    for name in ("epochs", "batch_size", "image_size", "limit", "backup_every", "steps_per_execution",
+    for name in ("epochs", "batch_size", "image_size", "limit", "steps_per_execution", "accumulate",
                  "micro_batches", "teacher_steps", *OVERRIDES):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -176,7 +198,8 @@ def run(args):
             cutmix=args.cutmix, erase=args.erase, warmup_epochs=args.warmup_epochs, distill=args.distill,
             teacher_steps=args.teacher_steps, precision=args.precision, strategy=args.strategy,
             weights=args.weights, seed=args.seed, limit=args.limit, data_dir=args.data_dir,
-            val_fraction=args.val_fraction, backup_every=args.backup_every or "epoch", jit_compile=not args.no_jit,
+            val_fraction=args.val_fraction, backup_every=args.backup_every, jit_compile=not args.no_jit,
+            accumulate=args.accumulate or "auto", overwrite=args.overwrite,
             input_mode=args.input_mode,
             verbose=2 if args.quiet else "auto",
             model_overrides={**{k: getattr(args, k) for k in (*OVERRIDES, "pooling") if getattr(args, k) is not None},

@@ -79,13 +79,14 @@ class ArrayBatches(keras.utils.PyDataset):
         self.teacher = teacher
         self.epoch, self.orders, self.lock = epoch, {}, threading.Lock()
         self.batches_per_epoch = max(batches_per_epoch or 0, self.batches_per_pass())
+        self.skip = 0  # the first epoch's batches left out (a stream resumed mid-epoch)
 
     def batches_per_pass(self):
         batches = len(self.rows) / self.batching.batch_size
         return int(batches) if self.batching.drop_remainder else math.ceil(batches)
 
     def __len__(self):
-        return self.batches_per_epoch
+        return self.batches_per_epoch - self.skip
 
     def pass_order(self, data_pass):
         """A pass's example order: a permutation drawn from (seed, epoch, pass) in training, else as given."""
@@ -102,6 +103,7 @@ class ArrayBatches(keras.utils.PyDataset):
     def __getitem__(self, index):
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} of {len(self)}")
+        index += self.skip
         data_pass, within = divmod(index, self.batches_per_pass())
         size = self.batching.batch_size
         rows = self.pass_order(data_pass)[within * size:(within + 1) * size]
@@ -138,7 +140,7 @@ class ArrayBatches(keras.utils.PyDataset):
         return x, y
 
     def on_epoch_end(self):
-        self.epoch += 1
+        self.epoch, self.skip = self.epoch + 1, 0
 
 
 def seeds(rng, count):

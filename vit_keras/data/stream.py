@@ -36,14 +36,16 @@ def pass_seed(seed, epoch):
     return tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
 
 
-def folder_images(source, batching, epoch):
-    """(uint8 image, label) of a ``FileSource``'s readable files, in pass ``epoch``'s order in training."""
+def folder_images(source, batching, epoch, skip=0):
+    """(uint8 image, label) of a ``FileSource``'s readable files, in pass ``epoch``'s order in training, from the
+    ``skip``-th on (nothing decoded before it)."""
     count, shape = len(source), tuple(source.image_shape)
     labels = tf.constant(source.labels, tf.int64)
     indices = tf.data.Dataset.range(count)
     if batching.training:
         indices = indices.map(lambda i: tf.random.experimental.index_shuffle(i, pass_seed(batching.seed, epoch),
                                                                              count - 1))
+    indices = indices.skip(skip)
 
     def read(index):
         image = source.read_or_none(int(index))
@@ -68,7 +70,7 @@ def shuffle_buffer(source):
     return int(np.clip(SHUFFLE_BYTES / max(source.record_bytes(), 1), 256, 16384))
 
 
-def shard_images(source, batching, epoch, buffer=256):
+def shard_images(source, batching, epoch, buffer=256, skip=0):
     """(uint8 image, label) of a ``ShardSource``'s records: in training its files in pass ``epoch``'s order,
     interleaved, each block of ``buffer`` records shuffled by a seed of (seed, epoch, block); in evaluation in
     order."""
@@ -95,28 +97,31 @@ def shard_images(source, batching, epoch, buffer=256):
                  tf.io.decode_jpeg(example["image"], channels=channels, dct_method="INTEGER_ACCURATE"))
         return tf.ensure_shape(image, shape), example["label"]
 
-    images = records.map(decode, num_parallel_calls=DECODE_CALLS, deterministic=True)
+    images = records.skip(skip).map(decode, num_parallel_calls=DECODE_CALLS, deterministic=True)
     return images.ignore_errors(log_warning=True)  # a damaged record: the epoch goes on
 
 
-def stream_dataset(source, batching, augmentation, teacher=None, shard=(0, 1), steps=None, epoch=0):
+def stream_dataset(source, batching, augmentation, teacher=None, shard=(0, 1), steps=None, epoch=0, skip=0):
     """Batches of a stream source (``vit_keras.data.sources``) for a resolved ``Batching``: this worker's part
     (``shard``), at ``batching.batch_size`` a batch (the worker's share of the global batch). Training: the
-    passes from ``epoch`` on, each ``steps`` batches (default: ``steps_per_pass``)."""
+    passes from ``epoch`` on, each ``steps`` batches (default: ``steps_per_pass``), the first without its first
+    ``skip`` batches (a run resumed mid-epoch: the rest of that pass, as an uninterrupted run sees it)."""
     augmentation = augmentation.in_training(batching.training)
     local = source.part(*shard)
     if isinstance(local, ShardSource):
         buffer = shuffle_buffer(local)
-        images_of = lambda pass_epoch: shard_images(local, batching, pass_epoch, buffer)  # noqa: E731
+        images_of = lambda pass_epoch, left: shard_images(local, batching, pass_epoch, buffer, left)  # noqa: E731
     else:
-        images_of = lambda pass_epoch: folder_images(local, batching, pass_epoch)  # noqa: E731
+        images_of = lambda pass_epoch, left: folder_images(local, batching, pass_epoch, left)  # noqa: E731
     steps = steps or steps_per_pass(local, batching.batch_size)
 
     def one_pass(pass_epoch):
-        batches = images_of(pass_epoch).batch(batching.batch_size, drop_remainder=batching.drop_remainder)
-        seeds = tf.data.Dataset.range(MAX_PASSES).map(
+        skipped = tf.where(tf.equal(pass_epoch, epoch), tf.constant(skip, tf.int64), tf.constant(0, tf.int64))
+        batches = images_of(pass_epoch, skipped * batching.batch_size).batch(
+            batching.batch_size, drop_remainder=batching.drop_remainder)
+        seeds = tf.data.Dataset.range(skipped, MAX_PASSES).map(
             lambda i: tf.stack([tf.cast(pass_epoch, tf.int64) * 1_000_003 + batching.seed, i]))
-        return tf.data.Dataset.zip((batches.take(steps) if batching.training else batches, seeds))
+        return tf.data.Dataset.zip((batches.take(steps - skipped) if batching.training else batches, seeds))
 
     if batching.training:
         dataset = tf.data.Dataset.range(epoch, MAX_PASSES).flat_map(one_pass)
@@ -125,7 +130,7 @@ def stream_dataset(source, batching, augmentation, teacher=None, shard=(0, 1), s
     return finish(augment_batches(dataset, batching, augmentation, teacher), tf.data.experimental.AutoShardPolicy.DATA)
 
 
-def distributed_stream(strategy, pipelines, source, batching, augmentation, teacher=None, epoch=0):
+def distributed_stream(strategy, pipelines, source, batching, augmentation, teacher=None, epoch=0, skip=0):
     """(a ``tf.distribute.DistributedDataset`` in which each of the ``pipelines`` input pipelines (workers)
     streams only its own part of ``source``, the steps of an epoch) for training under ``strategy``;
     ``batching.batch_size`` is global."""
@@ -136,6 +141,7 @@ def distributed_stream(strategy, pipelines, source, batching, augmentation, teac
         per_worker = batching.batch_size // context.num_input_pipelines  # a step's images from each worker
         local = dataclasses.replace(batching, batch_size=replica)
         part = (context.input_pipeline_id, context.num_input_pipelines)
-        return stream_dataset(source, local, augmentation, teacher, part, steps * per_worker // replica, epoch)
+        return stream_dataset(source, local, augmentation, teacher, part, steps * per_worker // replica, epoch,
+                              skip * per_worker // replica)
 
     return strategy.distribute_datasets_from_function(worker_dataset), steps

@@ -51,11 +51,13 @@ class StreamRows:
 
 class StreamBatches(ArrayBatches):
     """``ArrayBatches`` of a stream: in training, epochs of exactly ``steps`` batches (the steps every process
-    can take from its part: ``vit_keras.data.sources.steps_per_pass``)."""
+    can take from its part: ``vit_keras.data.sources.steps_per_pass``), the first without its first ``skip``
+    (a run resumed mid-epoch goes on with the batches an uninterrupted one would see)."""
 
     def __init__(self, source, batching, augmentation, steps=None, teacher=None, epoch=0, shard=(0, 1),
-                 workers=WORKERS):
+                 workers=WORKERS, skip=0):
         super().__init__(StreamRows(source), batching, augmentation.in_training(batching.training), shard, workers,
                          None, teacher if batching.training else None, epoch)
         if batching.training and steps:
             self.batches_per_epoch = int(steps)
+        self.skip = skip if batching.training else 0

@@ -14,6 +14,8 @@ from vit_keras.constants import (BOUNDS, DISTILLATIONS, INPUT_MODES, MICRO_BATCH
 from vit_keras.data.augmentation import Augmentation, check_crop_scale
 from vit_keras.models.configs import MODELS
 from vit_keras.training.backends import check_strategy
+from vit_keras.training.memory import accumulation_steps
+from vit_keras.training.plan import parse_every
 from vit_keras.validation import check_choice, pair
 from vit_keras.weights.keras_hub import is_keras_hub_folder, keras_hub_arguments
 from vit_keras.weights.presets import check_architecture, find_preset, nearest_presets
@@ -124,7 +126,11 @@ class TrainConfig:
       a keras-hub preset folder, whose config.json gives the model's shape when ``model_name`` is unset.
     limit, data_dir, val_fraction, seed: the data (the first ``limit`` examples of each split; tfds' folder; a
       folder dataset's held-out fraction; the shuffle, augmentation and initialization seed).
-    backup_every: "epoch" or a number of steps between the backups a rerun resumes from.
+    backup_every: how often a run writes the state a rerun resumes from, besides each epoch's end: "auto" (every
+      ``BACKUP_MINUTES`` minutes of training), "epoch" (epoch ends only), a number of steps, or "<m>min".
+    accumulate: the steps whose gradients make one update of ``batch_size`` images (each step takes batch_size /
+      accumulate of them); "auto": the fewest that keep a step's activations within ``ACTIVATION_BUDGET``
+      (``vit_keras.training.memory``).
     input_mode: "auto" keeps data whose decoded images fit the memory budget in memory and streams larger
       data from disk ("folder:PATH", "shards:PATH"; ``vit_keras.data.sources.memory_budget``); "memory" or
       "stream" forces either.
@@ -167,7 +173,8 @@ class TrainConfig:
     limit: int | None = None
     data_dir: str | None = None
     val_fraction: float = VAL_FRACTION
-    backup_every: int | str = "epoch"
+    backup_every: int | str = "auto"
+    accumulate: int | str = "auto"
     input_mode: str = "auto"
     jit_compile: bool | str = True
     steps_per_execution: int = STEPS_PER_EXECUTION
@@ -272,8 +279,10 @@ class TrainConfig:
             raise ValueError(f"`limit` must be a positive int or None; got {self.limit!r}.")
         if not (isinstance(self.seed, numbers.Integral) and not isinstance(self.seed, bool) and self.seed >= 0):
             raise ValueError(f"`seed` must be an int >= 0; got {self.seed!r}.")
-        if self.backup_every != "epoch" and not is_count(self.backup_every):
-            raise ValueError(f"`backup_every` must be 'epoch' or a positive int (steps); got {self.backup_every!r}.")
+        parse_every(self.backup_every)
+        if self.accumulate != "auto" and not (is_count(self.accumulate) and self.batch_size % self.accumulate == 0):
+            raise ValueError(f"`accumulate` must be 'auto' or a positive int that divides `batch_size`="
+                             f"{self.batch_size}; got {self.accumulate!r}.")
         check_choice(self.input_mode, "input_mode", INPUT_MODES)
         check_choice(self.jit_compile, "jit_compile", (True, False, "auto"))
         check_choice(self.verbose, "verbose", VERBOSITIES)
@@ -324,8 +333,18 @@ class TrainConfig:
             return self.distill == "cnn"
         return self.model_name is None and not self.weights and self.repeats_data(train_examples)
 
-    def record(self, vit, class_names, steps_per_epoch, micro_batches, replicas, train_examples, val_examples,
-               skipped_images):
+    def accumulation_of(self, vit, parallel=1):
+        """The steps an update of the model ``vit`` (its config) accumulates: ``accumulate``, or under "auto"
+        ``memory.accumulation_steps``; each step's images divide evenly over ``parallel`` (devices, micro-batches)."""
+        steps = accumulation_steps(vit, self.batch_size, parallel) if self.accumulate == "auto" else self.accumulate
+        if (self.batch_size // steps) % parallel:
+            raise ValueError(f"`batch_size`={self.batch_size} in {steps} accumulated steps gives steps of "
+                             f"{self.batch_size // steps} images, which do not split over {parallel} devices or "
+                             "micro-batches: change `accumulate` or `batch_size`.")
+        return steps
+
+    def record(self, vit, class_names, steps_per_epoch, micro_batches, accumulation, replicas, train_examples,
+               val_examples, skipped_images):
         """The run's config.json: the recorded settings, the model's config (``vit``, whose drop_path is the
         one trained with), and the facts of the data and of the devices (``micro_batches`` as used)."""
         settings = dict({name: getattr(self, name) for name in RECORDED}, augment=self.augmentation(train_examples),
@@ -333,5 +352,6 @@ class TrainConfig:
                         distill="cnn" if self.distills(train_examples) else "none")
         return dict(settings, model=self.model_name or "vit_quick", drop_path=vit["drop_path"], vit=vit,
                     class_names=list(class_names), steps_per_epoch=steps_per_epoch, micro_batches=micro_batches,
+                    accumulation=accumulation,
                     replicas=replicas, train_examples=train_examples, val_examples=val_examples,
                     skipped_images=skipped_images)

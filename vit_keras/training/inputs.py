@@ -75,17 +75,21 @@ def stream_steps(config, train_data, dist):
 
 
 def input_pipelines(vit, config, train_data, val_data, augmentation, dist=None, steps_per_epoch=None, teacher=None,
-                    epoch=0):
+                    epoch=0, accumulation=1, skip=0):
     """(training, validation) batches at the model's input ``vit`` (its config) with ``augmentation``. DataParallel
     needs every batch split evenly over its devices, so the validation set ends at a multiple of the device count
     (fewer than that many images are left out). ``steps_per_epoch``: in memory, epochs longer than a pass (the
     step floor: the data repeats); streamed, the steps of every epoch. ``teacher``: its labels are mixed into the
     training targets (``vit_keras.training.distill``). ``epoch``: a resumed run's first (a stream starts that
-    epoch's pass again)."""
-    train = Batching(train_data.num_classes, vit["image_size"], vit["channels"], config.batch_size, True, config.seed)
+    epoch's pass again). ``accumulation``: training batches are that many parts of ``config.batch_size``
+    (``vit_keras.training.memory``). ``skip``: a stream resumed mid-epoch leaves out that epoch's first ``skip``
+    batches (data in memory is drawn afresh instead)."""
+    train = Batching(train_data.num_classes, vit["image_size"], vit["channels"], config.batch_size // accumulation,
+                     True, config.seed)
     val = Batching(train_data.num_classes, vit["image_size"], vit["channels"], config.batch_size, False, config.seed)
     if is_streamed(train_data):
-        return stream_pipelines(train_data, val_data, train, val, augmentation, dist, steps_per_epoch, teacher, epoch)
+        return stream_pipelines(train_data, val_data, train, val, augmentation, dist, steps_per_epoch, teacher, epoch,
+                                skip)
     repeat = steps_per_epoch is not None
     if keras.backend.backend() == "tensorflow":
         from vit_keras.data.pipeline import make_dataset
@@ -105,7 +109,7 @@ def input_pipelines(vit, config, train_data, val_data, augmentation, dist=None, 
             make_batches(val_images, val_labels, **dataclasses.asdict(val), shard=shard))
 
 
-def stream_pipelines(train_data, val_data, train, val, augmentation, dist, steps, teacher, epoch):
+def stream_pipelines(train_data, val_data, train, val, augmentation, dist, steps, teacher, epoch, skip=0):
     """``input_pipelines`` for stream sources: each worker or process streams only its own part."""
     pipelines = pipeline_count(dist)
     if keras.backend.backend() == "tensorflow":
@@ -113,9 +117,10 @@ def stream_pipelines(train_data, val_data, train, val, augmentation, dist, steps
 
         if pipelines > 1:
             train_batches = stream.distributed_stream(dist, pipelines, train_data, train, augmentation, teacher,
-                                                      epoch)[0]
+                                                      epoch, skip)[0]
         else:
-            train_batches = stream.stream_dataset(train_data, train, augmentation, teacher, steps=steps, epoch=epoch)
+            train_batches = stream.stream_dataset(train_data, train, augmentation, teacher, steps=steps, epoch=epoch,
+                                                  skip=skip)
         return train_batches, stream.stream_dataset(val_data, val, augmentation)
     from vit_keras.data.stream_batches import StreamBatches
 
@@ -124,5 +129,5 @@ def stream_pipelines(train_data, val_data, train, val, augmentation, dist, steps
     if strategies.is_distributed(dist):  # whole batches for every device
         kept = len(val_data) - len(val_data) % val.batch_size % strategies.replica_count(dist)
         val_data = val_data.head(kept)
-    return (StreamBatches(train_data.part(index, count), local, augmentation, steps, teacher, epoch),
+    return (StreamBatches(train_data.part(index, count), local, augmentation, steps, teacher, epoch, skip=skip),
             StreamBatches(val_data, val, augmentation.in_training(False), shard=(index, count)))

@@ -1,7 +1,7 @@
 """A run directory: callbacks that checkpoint, back up and log a ``fit``, and atomic file writes.
 
     DIR/model.keras        the final model            DIR/checkpoint.keras  the last good epoch
-    DIR/history.csv        one row per epoch           DIR/backup/           BackupAndRestore (resume)
+    DIR/history.csv        one row per epoch           DIR/backup/           the state a rerun resumes from
     DIR/config.json        the resolved config         DIR/logs/             TensorBoard
     DIR/labels.txt         class names in label order
 """
@@ -16,7 +16,9 @@ import time
 import keras
 import numpy as np
 
+from vit_keras import framework
 from vit_keras.files import atomic_path, write_text
+from vit_keras.training.backup import Backup, ResumePoint, resume_point
 
 
 class NonFiniteLoss(RuntimeError):
@@ -49,7 +51,7 @@ class StopOnNonFiniteLoss(keras.callbacks.TerminateOnNaN):
         kept = (f"the last good checkpoint is kept at {self.checkpoint_path}"
                 if os.path.exists(self.checkpoint_path) else "no epoch had finished, so there is no checkpoint")
         raise NonFiniteLoss(f"{what}; stopping. {kept.capitalize()}. Try a lower learning "
-                            "rate or --precision float32 with a new --out: a changed config starts its folder afresh.")
+                            "rate or --precision float32, with a new --out or --overwrite.")
 
 
 def clocks():
@@ -81,10 +83,15 @@ class Throughput(keras.callbacks.Callback):
             logs["cpu_s"] = cpu - cpu0
 
 
-def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tensorboard=True):
+def make_callbacks(out_dir, batch_size, worker=None, backup_every="auto", tensorboard=True, accumulation=1,
+                   start=None, progress=None):
     """Checkpoint, backup (resume), CSV history, TensorBoard, NaN stop and throughput callbacks.
 
-    ``worker``: a non-chief multi-worker task's name; its files go to a sub-folder of its own.
+    ``batch_size``: the images a fit step takes. ``worker``: a non-chief multi-worker task's name; its files go
+    to a sub-folder of its own. ``accumulation``: fit steps an update (backups fall between updates). ``start``:
+    the ``vit_keras.training.backup.ResumePoint`` the model was restored to (``train`` restores it, mid-epoch
+    included); None: the backup restores its newest state itself when ``fit`` starts, from that state's epoch
+    (for a ``fit`` of your own). ``progress``: a ``vit_keras.training.progress.ProgressLog`` to add.
     """
     work = work_dir(out_dir, worker)
     os.makedirs(work, exist_ok=True)
@@ -95,31 +102,34 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="epoch", tenso
         AtomicCheckpoint(checkpoint),
         keras.callbacks.CSVLogger(os.path.join(work, "history.csv"), append=True),
     ]
+    if progress is not None:
+        callbacks.append(progress)
     if tensorboard and importlib.util.find_spec("tensorflow") is None:  # Keras writes its logs with tf.summary
         print("TensorBoard logs need TensorFlow, which is not installed: this run writes none.")
         tensorboard = False
     if tensorboard:
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(work, "logs"), update_freq="epoch"))
-    # The backup decides where a rerun resumes, so it is written last: a kill before it means the epoch is
-    # redone (and its history row replaced), never an epoch that resumes as done but was not logged.
-    # Keras writes it in place: double_checkpoint keeps the previous one to resume from when a kill cut the
-    # latest short. It is deleted by `remove_backups` once the final model is saved, not by Keras at fit's end.
-    callbacks.append(Backup(backup_dir(out_dir, worker), save_freq=backup_every, double_checkpoint=True,
-                            delete_checkpoint=False))
+    # The backup decides where a rerun resumes, so it is written last: a kill before it means the epoch's end is
+    # redone (and its history row replaced), never an epoch that resumes as done but was not logged. It is
+    # deleted by `remove_backups` once the final model is saved.
+    folder = backup_dir(out_dir, worker)
+    if start is None:
+        callbacks.append(RestoringBackup(folder, backup_every, accumulation))
+    else:
+        callbacks.append(Backup(folder, backup_every, accumulation, start))
     return callbacks
 
 
-class Backup(keras.callbacks.BackupAndRestore):
-    """Keras's backup and resume, which falls back on the previous backup when the latest is unreadable; where a
-    kill cut the first backup short there is none, and the run starts again from epoch 1 instead of failing."""
+class RestoringBackup(Backup):
+    """A ``Backup`` that restores the newest state itself when ``fit`` starts, from the start of that state's epoch
+    (one ``fit`` call cannot begin mid-epoch; ``vit_keras.training.train`` resumes at the step)."""
 
     def on_train_begin(self, logs=None):
-        try:
-            super().on_train_begin(logs)
-        except (OSError, json.JSONDecodeError) as error:  # h5py's unreadable file; a half-written metadata JSON
-            print(f"The backup in {self.backup_dir} is unreadable ({error}), with no earlier one: training starts "
-                  "again from epoch 1.")
-            shutil.rmtree(self.backup_dir, ignore_errors=True)
+        self.start = resume_point(self.model, self.folder)
+        if self.start.path:
+            framework.set_initial_epoch(self.model, self.start.epoch)
+            self.start = ResumePoint(self.start.epoch, 0, self.start.path)
+        super().on_train_begin(logs)
 
 
 def work_dir(out_dir, worker=None):
@@ -129,11 +139,6 @@ def work_dir(out_dir, worker=None):
 
 def backup_dir(out_dir, worker=None):
     return os.path.join(work_dir(out_dir, worker), "backup")
-
-
-def resume_epoch(out_dir, worker=None):
-    """The epoch a rerun resumes at (the backup's ``keras.callbacks.BackupAndRestore`` metadata), else 0."""
-    return int(read_json(os.path.join(backup_dir(out_dir, worker), "training_metadata.json")).get("epoch", 0))
 
 
 def worker_names(out_dir):
@@ -180,29 +185,58 @@ TEACHER_FILE = "teacher.keras"  # a distilling run's CNN teacher: a resumed run 
 
 # Settings config.json has recorded only since they were added; a record from before lacks them. Their effect
 # shows in keys it has (min_steps: in steps_per_epoch and augment), so a finished run from then is not redone.
-ADDED_KEYS = ("min_steps", "distill", "teacher_steps", "erase", "optimizer")
+ADDED_KEYS = ("min_steps", "distill", "teacher_steps", "erase", "optimizer", "accumulation")
 # VisionTransformer arguments added since: a model recorded without one was built with its default.
 ADDED_MODEL_KEYS = {"locality_attention": False}
 
 
-def start_run(out_dir, record, chief=True):
+class RunConflict(ValueError):
+    """The run folder holds a run with other settings: training there would delete or mix with it."""
+
+
+def differences(previous, recorded):
+    """["name: old -> new", ...] of the recorded settings in which ``previous`` (config.json) and ``recorded``
+    differ, the model's (``vit``) setting by setting. A setting added since ``previous`` was written counts as
+    the same (``ADDED_KEYS``, ``ADDED_MODEL_KEYS``)."""
+    changed = []
+    for key, value in recorded.items():
+        if key not in previous and key in ADDED_KEYS:
+            continue
+        old = previous.get(key)
+        if key == "vit" and isinstance(old, dict) and isinstance(value, dict):
+            old = {**ADDED_MODEL_KEYS, **old}
+            changed += [f"vit.{name}: {old.get(name)!r} -> {value.get(name)!r}" for name in sorted(set(old) | set(value))
+                        if old.get(name) != value.get(name)]
+        elif old != value:
+            changed.append(f"{key}: {old!r} -> {value!r}")
+    return changed
+
+
+def start_run(out_dir, record, chief=True, overwrite=False):
     """Make ``out_dir`` ready for the run ``record`` (its config.json) describes. Returns the folder's record
-    when it holds this run finished (nothing to do), else None: a run cut short resumes, another run's files
-    go. The chief writes config.json and labels.txt."""
+    when it holds this run finished (nothing to do), else None: a run cut short resumes. A folder holding a run
+    with other settings raises ``RunConflict`` naming them, unless ``overwrite``: then that run's files go. The
+    chief writes config.json and labels.txt."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise RunConflict(f"`out` {out_dir!r} is a file, not a folder: choose another --out.")
     os.makedirs(out_dir, exist_ok=True)
     config_path = os.path.join(out_dir, "config.json")
     previous = read_json(config_path)
     recorded = json.loads(json.dumps(record, default=str))  # as config.json holds it
-    compared = dict(previous)
-    if isinstance(previous.get("vit"), dict):
-        compared["vit"] = {**ADDED_MODEL_KEYS, **previous["vit"]}
-    same = all(compared.get(key) == value for key, value in recorded.items()
-               if key in previous or key not in ADDED_KEYS)
-    if previous.get("completed") and same:
-        print(f"{out_dir} already holds this finished run; nothing to do (delete the folder to retrain).")
+    if not previous and os.path.exists(config_path):
+        raise RunConflict(f"{config_path} is unreadable, so the run in {out_dir} can't be resumed or compared: "
+                          "pass --overwrite (overwrite=True) to start afresh there, or choose another --out.")
+    changed = differences(previous, recorded) if previous else []
+    if previous.get("completed") and not changed and not overwrite:
+        print(f"{out_dir} already holds this finished run; nothing to do (--overwrite retrains it).")
         return previous
-    if previous and not same and chief:  # another run's history and backup would mix in, or fail to restore
-        print(f"{out_dir} holds a run with another config; starting this one afresh there.")
+    if changed and not overwrite:
+        held = "a finished model (model.keras)" if previous.get("completed") else "a run cut short"
+        raise RunConflict(f"{out_dir} holds {held} with other settings ({'; '.join(changed[:8])}"
+                          f"{'; ...' if len(changed) > 8 else ''}). Rerun with the same settings to resume it, pass "
+                          "--overwrite (overwrite=True) to delete it and start afresh, or choose another --out.")
+    if previous and overwrite and chief:
+        print(f"{out_dir} held a run{' with other settings' if changed else ''}; starting afresh there (--overwrite).")
         clear_run(out_dir)
     if chief:
         write_json(config_path, record)

@@ -37,7 +37,9 @@ from vit_keras.data.datasets import folder_image_size
 from vit_keras.factory import create_model
 from vit_keras.models.layers import register
 from vit_keras.models.vision_transformer import VisionTransformer, load_model, resize_model
-from vit_keras.training import distill, inputs, runs, strategies
+from vit_keras.training import backup, distill, inputs, memory, runs, strategies
+from vit_keras.training.plan import FitPlan
+from vit_keras.training.progress import ProgressLog, fit_verbosity
 from vit_keras.training.config import RECIPE_SIDES, RECIPES, TrainConfig, check_weights, is_saved_model
 from vit_keras.training.finetune import with_image_size
 # Re-exported: callers catch NonFiniteLoss and read the recipe's rule and the choice of devices from here.
@@ -74,16 +76,18 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
         return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, end=self.end)
 
 
-def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32", beta_2=0.999, name="adamw"):
+def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32", beta_2=0.999, name="adamw",
+                   accumulation=1):
     """AdamW, or SGD with momentum 0.9 (``name``="sgd", the paper's fine-tuning), with the no-decay exclusions and
-    global-norm clipping (loss-scaled under float16)."""
+    global-norm clipping (loss-scaled under float16); ``accumulation`` > 1 averages that many steps' gradients
+    into each update (``schedule`` then counts steps, not updates)."""
     check_choice(name, "optimizer", OPTIMIZERS)
+    common = dict(learning_rate=schedule, weight_decay=weight_decay, global_clipnorm=clipnorm,
+                  gradient_accumulation_steps=accumulation if accumulation > 1 else None)
     if name == "sgd":
-        optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=0.9, weight_decay=weight_decay,
-                                         global_clipnorm=clipnorm)
+        optimizer = keras.optimizers.SGD(momentum=0.9, **common)
     else:
-        optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay, beta_1=0.9,
-                                           beta_2=beta_2, global_clipnorm=clipnorm)
+        optimizer = keras.optimizers.AdamW(beta_1=0.9, beta_2=beta_2, **common)
     optimizer.exclude_from_weight_decay(var_names=[NO_DECAY_PATTERN])
     if precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -97,10 +101,11 @@ def set_precision(precision):
 
 
 def compile_model(model, schedule, precision="float32", weight_decay=0.05, label_smoothing=0.1, clipnorm=1.0,
-                  jit_compile="auto", steps_per_execution=1, optimizer="adamw"):
+                  jit_compile="auto", steps_per_execution=1, optimizer="adamw", accumulation=1):
     """Compile with the recipe's optimizer and a label-smoothed loss on one-hot labels."""
     model.compile(
-        optimizer=make_optimizer(schedule, weight_decay, clipnorm, precision, name=optimizer),
+        optimizer=make_optimizer(schedule, weight_decay, clipnorm, precision, name=optimizer,
+                                 accumulation=accumulation),
         loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing),
         metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
         jit_compile=jit_compile,
@@ -183,8 +188,9 @@ def finetune_from(path, num_classes, image_size=None, drop_path=None):
     return model
 
 
-def train(data, out_dir, **options):
+def train(data, out_dir, overwrite=False, **options):
     """Train on ``data`` ("fashion_mnist" | "tfds:NAME" | "folder:PATH") into ``out_dir``; rerun to resume.
+    ``out_dir`` holding a run with other settings is refused (naming them), unless ``overwrite`` starts afresh.
 
     ``options`` are ``TrainConfig``'s fields (model_name, epochs, batch_size, learning_rate, precision, ...):
     unset hyper-parameters come from ``RECIPES[recipe]``, and an unknown keyword is refused, naming the nearest
@@ -192,10 +198,10 @@ def train(data, out_dir, **options):
     loss blows up.
     """
     check_keywords(options, TrainConfig.option_names(), "train()")
-    return train_with_config(TrainConfig(data, **options), out_dir)
+    return train_with_config(TrainConfig(data, **options), out_dir, overwrite)
 
 
-def train_with_config(config, out_dir):
+def train_with_config(config, out_dir, overwrite=False):
     """Train as ``config`` (a ``TrainConfig``) says into ``out_dir``; see ``train``."""
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
@@ -204,17 +210,17 @@ def train_with_config(config, out_dir):
     strategies.check_batch_size(config.batch_size, dist)
     train_data, val_data = load_splits(config)
     with strategies.scope(dist):
-        model, steps_per_epoch, micro = build_for_fit(config, train_data, dist)
-    record = config.record(model.get_config(), train_data.class_names, steps_per_epoch, micro,
+        model, plan, micro = build_for_fit(config, train_data, dist)
+    record = config.record(model.get_config(), train_data.class_names, plan.steps, micro, plan.accumulation,
                            strategies.replica_count(dist), len(train_data), len(val_data),
                            len(train_data.skipped) + len(val_data.skipped))
     chief, task = worker_role(dist)
-    finished = runs.start_run(out_dir, record, chief)
+    finished = runs.start_run(out_dir, record, chief, overwrite)
     if finished:
         return finished
     try:
         teacher = make_teacher(config, model.get_config(), out_dir, train_data, val_data, chief)
-        seconds = fit(model, config, out_dir, train_data, val_data, steps_per_epoch, worker=None if chief else task,
+        seconds = fit(model, config, out_dir, train_data, val_data, plan, worker=None if chief else task,
                       dist=dist, teacher=teacher)
     except FileNotFoundError:
         # A worker may still write its last backup when the chief, done, removes every task's backups: the run
@@ -254,7 +260,7 @@ def choose_flips(config, train_data):
 
 
 def build_for_fit(config, train_data, dist):
-    """(model, steps per epoch, micro-batches its steps use): the model built and compiled in ``dist``'s scope."""
+    """(model, its ``FitPlan``, micro-batches its steps use): the model built and compiled in ``dist``'s scope."""
     num_classes, (height, width, channels) = train_data.num_classes, train_data.image_shape
     fixed = inputs.fixed_size(config.data, train_data) if config.model_name is None else None
     image_size = config.image_size or fixed  # the recipe's ViT trains on shards at their size
@@ -265,22 +271,28 @@ def build_for_fit(config, train_data, dist):
                          "training images; use a smaller batch size.")
     steps_per_epoch = (inputs.stream_steps(config, train_data, dist) if inputs.is_streamed(train_data) else
                        config.steps_per_epoch(len(train_data)))
-    total = steps_per_epoch * config.epochs
-    schedule = WarmupCosine(config.learning_rate, total, min(int(steps_per_epoch * config.warmup_epochs), total))
     single_device, backend = not strategies.is_distributed(dist), keras.backend.backend()
     micro = config.micro_batches if backend == "tensorflow" and single_device and config.jit_compile else 1
+    accumulation = config.accumulation_of(model.get_config(), micro * strategies.replica_count(dist))
+    print(memory.describe(model.get_config(), config.batch_size, accumulation))
+    plan = FitPlan(steps_per_epoch, accumulation,
+                   config.repeats_data(len(train_data)) and not inputs.is_streamed(train_data))
+    total = plan.fit_steps * config.epochs
+    schedule = WarmupCosine(config.learning_rate, total, min(int(plan.fit_steps * config.warmup_epochs), total))
     # Keras 3.15: one step per execution under tf.distribute (its multi-step loop fails there) and on torch.
-    several_steps = backend == "jax" or (backend == "tensorflow" and single_device)
+    # Accumulated steps are large, so a round trip each costs little, and a multi-step loop holds more memory.
+    several_steps = accumulation == 1 and (backend == "jax" or (backend == "tensorflow" and single_device))
+    per_execution = config.steps_per_execution if several_steps else 1
     compile_model(model, schedule, config.precision, config.weight_decay, config.label_smoothing,
                   jit_compile=config.jit_compile and micro == 1 and backend != "torch",
-                  steps_per_execution=config.steps_per_execution if several_steps else 1, optimizer=config.optimizer)
+                  steps_per_execution=per_execution, optimizer=config.optimizer, accumulation=accumulation)
     if micro > 1:
         from vit_keras.training.microbatch import enable_micro_batches
 
         enable_micro_batches(model, micro)
     if strategies.is_tf_multi_worker(dist):
-        _prebuild(model, config.batch_size, num_classes)
-    return model, steps_per_epoch, micro
+        _prebuild(model, config.batch_size // accumulation, num_classes)
+    return model, plan, micro
 
 
 def make_teacher(config, vit, out_dir, train_data, val_data, chief=True):
@@ -303,43 +315,42 @@ def make_teacher(config, vit, out_dir, train_data, val_data, chief=True):
     return distill.run_teacher(out_dir, train_teacher, save=chief)
 
 
-def fit(model, config, out_dir, train_data, val_data, steps, worker=None, dist=None, teacher=None):
-    """``model.fit`` for ``steps`` steps an epoch (``build_for_fit``'s) with the run folder's callbacks (``worker``:
-    a non-chief task's name) on ``dist`` (a strategy of ``vit_keras.training.strategies``), the targets mixed with
-    ``teacher``'s labels where there is one (``vit_keras.training.distill``); returns its seconds."""
+def fit(model, config, out_dir, train_data, val_data, plan, worker=None, dist=None, teacher=None):
+    """``model.fit`` as ``plan`` (a ``FitPlan``: the steps of an epoch, accumulated in fit steps) says, with the
+    run folder's callbacks (``worker``: a non-chief task's name) on ``dist`` (a strategy of
+    ``vit_keras.training.strategies``), the targets mixed with ``teacher``'s labels where there is one
+    (``vit_keras.training.distill``); returns its seconds. A run cut short goes on from its newest backup
+    (``vit_keras.training.backup``): one in the middle of an epoch first runs that epoch's remaining steps."""
     count, streamed = len(train_data), inputs.is_streamed(train_data)
-    repeated = config.repeats_data(count) and not streamed
     augmentation = config.augmentation_of(count, choose_flips(config, train_data))
-    if repeated:
-        print(f"step floor: {config.epochs} epochs of {steps} steps ({config.epochs * steps:,} steps, "
-              f"min_steps {config.min_steps:,}), {steps * config.batch_size / count:.1f} passes over the training "
+    if plan.repeated:
+        print(f"step floor: {config.epochs} epochs of {plan.steps} steps ({config.epochs * plan.steps:,} steps, "
+              f"min_steps {config.min_steps:,}), {plan.steps * config.batch_size / count:.1f} passes over the training "
               f"images an epoch; augment {augmentation.augment!r}, erase {augmentation.erase}")
-    train_ds, val_ds = inputs.input_pipelines(model.get_config(), config, train_data, val_data, augmentation, dist,
-                                              steps if repeated or streamed else None, teacher,
-                                              runs.resume_epoch(out_dir, worker) if streamed else 0)
-    callbacks = runs.make_callbacks(out_dir, config.batch_size, worker, config.backup_every,
-                                    config.tensorboard and worker is None)
-    start = time.perf_counter()
-    with strategies.fit_scope(dist), warnings.catch_warnings():
-        # A streamed validation split's size is known once read (unreadable files are skipped): Keras warns at its
-        # end. The training stream has no end.
-        warnings.filterwarnings("ignore", "Your input ran out of data")
-        model.fit(train_ds, validation_data=val_ds, epochs=config.epochs, callbacks=callbacks,
-                  steps_per_epoch=steps if repeated or streamed else None, verbose=fit_verbosity(config.verbose),
-                  shuffle=False)  # the pipeline shuffles, seeded
+    start = backup.resume_point(model, runs.backup_dir(out_dir, worker))
+    if start.path:
+        print(start.describe(plan.fit_steps))
+    started = time.perf_counter()
+    for first, last, skip in plan.phases(start, config.epochs):
+        fed_steps = plan.fit_steps - skip
+        train_ds, val_ds = inputs.input_pipelines(model.get_config(), config, train_data, val_data, augmentation,
+                                                  dist, plan.fit_steps if plan.fixed_steps(streamed) else None,
+                                                  teacher, first if streamed else 0, plan.accumulation, skip)
+        progress = (ProgressLog(config.batch_size // plan.accumulation, plan.fit_steps, config.epochs, start.epoch,
+                                start.step) if fit_verbosity(config.verbose) == 2 else None)
+        callbacks = runs.make_callbacks(out_dir, config.batch_size // plan.accumulation, worker, config.backup_every,
+                                        config.tensorboard and worker is None, plan.accumulation, start, progress)
+        with strategies.fit_scope(dist), warnings.catch_warnings():
+            # A streamed validation split's size is known once read (unreadable files are skipped): Keras warns at
+            # its end. The training stream has no end.
+            warnings.filterwarnings("ignore", "Your input ran out of data")
+            model.fit(train_ds, validation_data=val_ds, initial_epoch=first, epochs=last, callbacks=callbacks,
+                      steps_per_epoch=fed_steps if plan.fixed_steps(streamed) or skip else None,
+                      verbose=fit_verbosity(config.verbose), shuffle=False)  # the pipeline shuffles, seeded
     skipped = train_data.skipped + val_data.skipped
     if streamed and skipped:
         print(f"skipped {len(skipped):,} unreadable image(s) while streaming, e.g. {skipped[0][0]}")
-    return time.perf_counter() - start
-
-
-def fit_verbosity(verbose, stream=None):
-    """model.fit's ``verbose``: "auto" is a progress bar on a terminal and one line an epoch elsewhere (a log file
-    would otherwise hold every redraw of the bar)."""
-    if verbose != "auto":
-        return verbose
-    stream = sys.stdout if stream is None else stream
-    return 1 if getattr(stream, "isatty", lambda: False)() else 2
+    return time.perf_counter() - started
 
 
 def _prebuild(model, batch_size, num_classes):
