@@ -146,6 +146,26 @@ def test_a_corrupt_file_mid_stream_is_skipped_and_counted_and_the_epoch_goes_on(
 
 # ---- shards ----
 
+@pytest.mark.parametrize("kind", ["folder", "shards"])
+def test_a_stream_resumed_mid_epoch_gives_the_rest_of_that_pass_then_the_next(folder, shard_set, kind):
+    """A run killed after 2 of an epoch's 4 steps resumes with the batches an uninterrupted run would have seen,
+    the same pixels on both pipelines, then goes on with the next epoch's pass."""
+    source = (sources.list_split(f"folder:{folder}", "train") if kind == "folder" else
+              shards.open_shards(str(shard_set), "train"))
+    training = Batching(2, (10, 12), 1, 16, training=True, seed=3)
+    whole = iter(stream.stream_dataset(source, training, NO_AUGMENTATION, steps=4))
+    uninterrupted = [numbers(next(whole)[0]) for _ in range(8)]  # two epochs of four steps
+    resumed = iter(stream.stream_dataset(source, training, NO_AUGMENTATION, steps=4, skip=2))
+    assert [numbers(next(resumed)[0]) for _ in range(6)] == uninterrupted[2:]
+    numpy_resumed = StreamBatches(source, training, NO_AUGMENTATION, steps=4, skip=2)
+    assert len(numpy_resumed) == 2
+    first = [numbers(numpy_resumed[i][0]) for i in range(2)]
+    numpy_whole = StreamBatches(source, training, NO_AUGMENTATION, steps=4)
+    assert first == [numbers(numpy_whole[i][0]) for i in (2, 3)]
+    numpy_resumed.on_epoch_end()  # the next epoch is whole again
+    assert len(numpy_resumed) == 4
+
+
 def test_shards_hold_the_folders_pixels_and_stream_on_every_backend(folder, shard_set):
     manifest = json.loads((shard_set / "shards.json").read_text())
     assert manifest["image_size"] == [10, 12] and manifest["channels"] == 1 and manifest["class_names"] == [

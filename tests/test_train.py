@@ -183,44 +183,105 @@ def test_a_kill_anywhere_in_an_epoch_end_resumes_with_every_epoch_logged_once(fa
     assert logged_epochs(tmp_path) == ["0", "1", "2"]
 
 
-def test_a_backup_cut_short_by_a_kill_resumes_from_the_one_before(fashion, tmp_path):
+def backup_states(folder):
+    return sorted(path.name for path in (folder / "backup").glob("state-*.weights.h5"))
+
+
+def test_backups_are_whole_files_named_by_their_place_and_only_the_newest_is_kept(fashion, tmp_path):
     fit_run(fashion, tmp_path, epochs=2)
-    assert (tmp_path / "backup").is_dir(), "the backup must outlive fit: train() removes it after the final save"
-    latest = tmp_path / "backup" / "latest.weights.h5"
-    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # a kill in the middle of the save
-    fit_run(fashion, tmp_path)  # resumes from the previous backup instead of failing on the truncated file
-    assert logged_epochs(tmp_path) == ["0", "1", "2"]
+    assert backup_states(tmp_path) == ["state-e00002-s000000000.weights.h5"], "the backup outlives fit"
+    assert not [p for p in (tmp_path / "backup").iterdir() if p.name.startswith(".tmp-")]
     (tmp_path / ".worker-1" / "backup").mkdir(parents=True)  # a non-chief task's, kept until the chief is done
     runs.remove_backups(str(tmp_path))
     assert not (tmp_path / "backup").exists() and not (tmp_path / ".worker-1" / "backup").exists()
 
 
-@pytest.mark.parametrize("damaged", ["latest.weights.h5", "training_metadata.json"])
-def test_a_first_backup_cut_short_by_a_kill_starts_the_run_again(fashion, tmp_path, capsys, damaged):
-    """A kill inside the first backup's save leaves no earlier one to fall back on: the rerun starts from epoch 1
-    and says so, rather than failing on the unreadable file."""
+def test_a_damaged_backup_is_named_and_the_run_starts_again(fashion, tmp_path, capsys):
+    """No write of ours leaves a torn state (each is renamed into place whole), but a disk can damage one: the
+    rerun names it and starts from epoch 1, rather than failing on the unreadable file."""
     fit_run(fashion, tmp_path, epochs=1)
-    assert not (tmp_path / "backup" / "prev.weights.h5").exists()
-    path = tmp_path / "backup" / damaged
+    path = tmp_path / "backup" / backup_states(tmp_path)[0]
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     fit_run(fashion, tmp_path, epochs=2)
-    assert "training starts again from epoch 1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"backup {path} is unreadable" in out
     assert logged_epochs(tmp_path) == ["0", "1"]
 
 
-def test_a_rerun_with_another_config_starts_afresh(tmp_path):
+@pytest.mark.parametrize("torn", [False, True])
+def test_an_earlier_versions_keras_backup_resumes_or_is_named_when_torn(fashion, tmp_path, capsys, torn):
+    """Earlier versions backed up with keras.callbacks.BackupAndRestore (in place, with a _prev copy)."""
+    fit_run(fashion, tmp_path, epochs=1)
+    state = tmp_path / "backup" / backup_states(tmp_path)[0]
+    latest = tmp_path / "backup" / "latest.weights.h5"
+    state.rename(latest)
+    (tmp_path / "backup" / "training_metadata.json").write_text('{"epoch": 1, "batch": 0}')
+    if torn:
+        latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
+    fit_run(fashion, tmp_path, epochs=2)
+    out = capsys.readouterr().out
+    assert (f"backup {latest} is unreadable" in out) == torn
+    assert logged_epochs(tmp_path) == ["0", "1"]
+    assert backup_states(tmp_path) == ["state-e00002-s000000000.weights.h5"]
+    assert not latest.exists(), "the new backup supersedes the old version's"
+
+
+def test_a_kill_mid_epoch_resumes_at_the_step_of_the_last_backup(tmp_path, capsys):
+    """A run killed within an epoch goes on from the step of its newest backup (every 3 steps here), says where,
+    and logs one history row an epoch."""
+    kw = dict(limit=512, batch_size=64, epochs=2, augment="none", jit_compile=False, verbose=2, tensorboard=False,
+              backup_every=3, steps_per_execution=1,
+              model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+
+    class Kill(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 4:  # epoch 1's fifth step: its last backup was after step 3
+                raise KeyboardInterrupt
+
+    original = runs.make_callbacks
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runs, "make_callbacks", lambda *a, **k: original(*a, **k) + [Kill()])
+        with pytest.raises(KeyboardInterrupt):
+            train.train("fashion_mnist", str(tmp_path), **kw)
+    assert backup_states(tmp_path) == ["state-e00000-s000000003.weights.h5"]
+    capsys.readouterr()
+    config = train.train("fashion_mnist", str(tmp_path), **kw)
+    out = capsys.readouterr().out
+    assert "resuming at step 3 of 8 in epoch 1, from" in out
+    assert "epoch 1/2: 256 of 512 images (50%), first step after" in out  # the progress line counts from there
+    assert logged_epochs(tmp_path) == ["0", "1"] and config["completed"]
+
+
+def test_a_rerun_with_another_config_is_refused_naming_what_differs(tmp_path):
     kw = dict(limit=256, batch_size=64, augment="none", jit_compile=False, verbose=0, tensorboard=False,
               model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
     train.train("fashion_mnist", str(tmp_path), epochs=2, **kw)
+    model_bytes = (tmp_path / "model.keras").read_bytes()
+    with pytest.raises(runs.RunConflict, match=r"holds a finished model \(model.keras\) with other settings "
+                                               r"\(epochs: 2 -> 1\).*--overwrite"):
+        train.train("fashion_mnist", str(tmp_path), epochs=1, **kw)
+    assert (tmp_path / "model.keras").read_bytes() == model_bytes, "the finished model is untouched"
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "events.old").write_text("the other run's curves")
     (tmp_path / ".worker-1" / "backup").mkdir(parents=True)  # a non-chief task's backup of the old run
-    config = train.train("fashion_mnist", str(tmp_path), epochs=1, **kw)  # another config, same folder
+    config = train.train("fashion_mnist", str(tmp_path), epochs=1, overwrite=True, **kw)
     rows = (tmp_path / "history.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["0"] and config["epochs"] == 1 and config["completed"]
     assert config["crop_scale"] == list(train.RECIPES["quick"]["crop_scale"])  # every setting is recorded
     assert not (tmp_path / "logs").exists()  # TensorBoard would show the old run next to the new one
     assert not (tmp_path / ".worker-1").exists()  # that worker would restore the old run's state
+
+
+def test_an_out_folder_that_is_a_file_or_holds_a_damaged_record_is_refused(tmp_path):
+    kw = dict(limit=256, batch_size=64, epochs=1, jit_compile=False, verbose=0, tensorboard=False,
+              model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(runs.RunConflict, match="is a file, not a folder"):
+        train.train("fashion_mnist", str(tmp_path / "file"), **kw)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text('{"epochs": 1, "vit"')  # cut short by another program
+    with pytest.raises(runs.RunConflict, match="config.json is unreadable.*--overwrite"):
+        train.train("fashion_mnist", str(tmp_path / "run"), **kw)
 
 
 def test_several_steps_per_execution_train_exactly_like_one(tmp_path):
@@ -272,7 +333,10 @@ def test_unknown_keywords_to_train_name_the_nearest_valid_one(tmp_path):
     (dict(model_overrides=[("num_layers", 2)]), "`model_overrides` must be a dict"),
     (dict(limit=0), "`limit` must be a positive int or None; got 0."),
     (dict(seed=-1), "`seed` must be an int >= 0; got -1."),
-    (dict(backup_every=0), "`backup_every` must be 'epoch' or a positive int (steps); got 0."),
+    (dict(backup_every=0), "`backup_every` must be 'auto' (every 10 minutes and each epoch), 'epoch', a positive "
+                           "int (steps) or minutes as '<m>min' (e.g. '5min'); got 0."),
+    (dict(backup_every="soon"), "got 'soon'"),
+    (dict(accumulate=3), "`accumulate` must be 'auto' or a positive int that divides `batch_size`=128; got 3."),
     (dict(verbose=3), "Unknown `verbose`=3; valid values are 'auto', 0, 1, 2."),
 ])
 def test_bad_settings_fail_before_anything_is_loaded_or_written(options, message, tmp_path):

@@ -55,25 +55,29 @@ NO_DECAY_PATTERN = r"^(gamma|beta|bias|pos_embedding|pos_row|pos_col|pos_cls|cls
 
 @register
 class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from 0 to ``peak`` over ``warmup_steps``, then cosine decay to ``end`` at ``total_steps``."""
+    """Linear warmup from 0 to ``peak`` over ``warmup_steps``, then cosine decay to ``end`` at ``total_steps``,
+    counted in updates: with ``steps_per_update`` > 1 (gradient accumulation) the optimizer's step count, which
+    counts every accumulated step, is divided by it."""
 
-    def __init__(self, peak, total_steps, warmup_steps=0, end=0.0):
+    def __init__(self, peak, total_steps, warmup_steps=0, end=0.0, steps_per_update=1):
         if total_steps < 1 or not 0 <= warmup_steps <= total_steps:
             raise ValueError(f"Need 0 <= warmup_steps <= total_steps and total_steps >= 1; "
                              f"got warmup_steps={warmup_steps}, total_steps={total_steps}.")
         self.peak, self.end = float(peak), float(end)
         self.total_steps, self.warmup_steps = int(total_steps), int(warmup_steps)
+        self.steps_per_update = int(steps_per_update)
 
     def __call__(self, step):
         ops = keras.ops
-        step = ops.cast(step, "float32")
+        step = ops.floor(ops.cast(step, "float32") / self.steps_per_update)
         warmup = self.peak * step / max(self.warmup_steps, 1)
         progress = ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
         cosine = self.end + 0.5 * (self.peak - self.end) * (1.0 + ops.cos(math.pi * progress))
         return ops.where(step < self.warmup_steps, warmup, cosine)
 
     def get_config(self):
-        return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, end=self.end)
+        return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, end=self.end,
+                    steps_per_update=self.steps_per_update)
 
 
 def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32", beta_2=0.999, name="adamw",
@@ -277,8 +281,9 @@ def build_for_fit(config, train_data, dist):
     print(memory.describe(model.get_config(), config.batch_size, accumulation))
     plan = FitPlan(steps_per_epoch, accumulation,
                    config.repeats_data(len(train_data)) and not inputs.is_streamed(train_data))
-    total = plan.fit_steps * config.epochs
-    schedule = WarmupCosine(config.learning_rate, total, min(int(plan.fit_steps * config.warmup_epochs), total))
+    total = plan.steps * config.epochs
+    schedule = WarmupCosine(config.learning_rate, total, min(int(plan.steps * config.warmup_epochs), total),
+                            steps_per_update=accumulation)
     # Keras 3.15: one step per execution under tf.distribute (its multi-step loop fails there) and on torch.
     # Accumulated steps are large, so a round trip each costs little, and a multi-step loop holds more memory.
     several_steps = accumulation == 1 and (backend == "jax" or (backend == "tensorflow" and single_device))
