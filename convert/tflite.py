@@ -12,6 +12,7 @@ from vit_keras import framework
 from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, MIN_CALIBRATION_IMAGES, QUANTIZATIONS, VAL_FRACTION
 from vit_keras.data.datasets import load_arrays
 from vit_keras.models.vision_transformer import load_model
+from vit_keras.training.progress import Ticker
 
 from .attention_output import scores_output_first
 from .dynamic_int8 import int8_from_float
@@ -72,11 +73,13 @@ def representative_dataset(images):
     classifiers feed them."""
 
     def generate():
+        ticker = Ticker("int8 calibration", len(images))  # a line every so often: it takes minutes at 224 px
         for i in range(len(images)):
             rgb = to_rgb(images[i:i + 1])
             if i == 0:
                 rgb[0, 0, 0], rgb[0, 0, 1] = 0.0, 255.0
             yield [rgb]
+            ticker.update(1)
 
     return generate
 

@@ -6,7 +6,7 @@ import pytest
 
 from vit_keras.training import train
 from vit_keras.training.config import RECIPES, TrainConfig
-from vit_keras.training.finetune import finetune_image_size, with_image_size
+from vit_keras.training.finetune import compare_to_estimate, finetune_image_size, with_image_size
 
 TINY = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
 
@@ -40,10 +40,14 @@ def test_the_image_size_is_chosen_for_the_data_and_the_machine_and_an_asked_one_
     assert side == 224 and "accelerator" in reason
     base = TrainConfig("fashion_mnist", weights="vit_base_patch32_384.augreg_in21k_ft_in1k")
     assert finetune_image_size(base, cores=1, accelerators=0, images=60_000)[0] == 128  # at least 4x4 patches of 32
-    assert with_image_size(TrainConfig("fashion_mnist", weights=TINY, image_size=64)).image_size == 64
-    assert with_image_size(TrainConfig("fashion_mnist")).image_size is None  # from scratch: the recipe's
-    chosen = with_image_size(config)
+    assert with_image_size(TrainConfig("fashion_mnist", weights=TINY, image_size=64)) == (
+        TrainConfig("fashion_mnist", weights=TINY, image_size=64), None)
+    assert with_image_size(TrainConfig("fashion_mnist"))[0].image_size is None  # from scratch: the recipe's
+    chosen, estimate = with_image_size(config)
     assert chosen.image_size % 16 == 0 and "--image-size overrides it" in capsys.readouterr().out
+    assert 0 < estimate <= 20 * 60
+    assert compare_to_estimate(1380, 1020) == ("fit: 23.0 min, against the 17.0 min estimated when the image size "
+                                               "was chosen (+35%)")
 
 
 def test_sgd_is_the_papers_fine_tuning_optimizer():

@@ -111,3 +111,15 @@ def test_a_log_gets_the_first_step_then_a_line_every_interval(monkeypatch):
     log.on_train_batch_end(0)
     assert lines[-1] == "epoch 2/2: 8 of 800 images (1%), first step after 5s"
     assert progress.fit_verbosity("auto", io.StringIO()) == 2 and progress.duration(3725) == "1h02m"
+
+
+def test_a_long_loop_prints_a_line_every_interval_and_a_short_one_none(monkeypatch):
+    clock, lines = Clock(), []
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    ticker = progress.Ticker("evaluate", 1000, interval=30, print_fn=lambda line, flush: lines.append(line))
+    clock.now += 10
+    ticker.update(100)
+    assert lines == []  # a loop shorter than the interval stays quiet
+    clock.now += 30
+    ticker.update(300)
+    assert lines == ["evaluate: 400 of 1,000 images, 10.0 img/s, 40s elapsed, about 1m00s left"]

@@ -393,7 +393,7 @@ def test_the_step_floor_repeats_the_data_within_each_epoch(tmp_path, capsys):
 
 # The keys config.json has had since runs became resumable: resumption compares them, and evaluate and verify read
 # seed and val_fraction from them, so a renamed key would restart or misread the runs already on disk.
-RECORD_KEYS = {"augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "distill", "drop_path", "epochs",
+RECORD_KEYS = {"accumulation", "augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "distill", "drop_path", "epochs",
                "erase", "label_smoothing", "learning_rate", "limit", "micro_batches", "min_steps", "mixup", "model", "precision",
                "optimizer", "recipe", "replicas", "seed", "skipped_images", "steps_per_epoch", "strategy", "teacher_steps",
                "train_examples", "val_examples", "val_fraction", "vit", "warmup_epochs", "weight_decay", "weights"}
@@ -424,12 +424,15 @@ def test_a_run_finished_before_a_setting_was_recorded_is_not_redone(tmp_path):
     runs.write_json(str(tmp_path / "config.json"), dict(older, completed=True))
     assert runs.start_run(str(tmp_path), record)["completed"]  # the floor did not apply: the same run
     runs.write_json(str(tmp_path / "config.json"), dict(older, steps_per_epoch=7, completed=True))
-    assert runs.start_run(str(tmp_path), record) is None  # it would have: another run
+    with pytest.raises(runs.RunConflict, match="steps_per_epoch: 7 -> 468"):  # it would have: another run
+        runs.start_run(str(tmp_path), record)
     vit = dict(pooling="gap", locality_attention=False)  # a model argument added later, at its default
     runs.write_json(str(tmp_path / "config.json"), dict(record, vit={"pooling": "gap"}, completed=True))
     assert runs.start_run(str(tmp_path), dict(record, vit=vit))["completed"]
     runs.write_json(str(tmp_path / "config.json"), dict(record, vit={"pooling": "gap"}, completed=True))
-    assert runs.start_run(str(tmp_path), dict(record, vit=dict(vit, locality_attention=True))) is None
+    with pytest.raises(runs.RunConflict, match=r"\(vit.locality_attention: False -> True\)"):
+        runs.start_run(str(tmp_path), dict(record, vit=dict(vit, locality_attention=True)))
+    assert runs.start_run(str(tmp_path), dict(record, vit=dict(vit, locality_attention=True)), overwrite=True) is None
 
 
 def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):

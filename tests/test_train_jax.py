@@ -102,7 +102,7 @@ def test_sigkill_mid_epoch_then_rerun_resumes_under_jax(tmp_path):
     history, backup, deadline = out / "history.csv", out / "backup", time.time() + 400
     while time.time() < deadline and process.poll() is None:  # wait for epoch 1's backup, then kill in epoch 2
         if history.exists() and len(history.read_text().splitlines()) >= 2 and backup.is_dir() and \
-                any(name.endswith(".json") for name in os.listdir(backup)):
+                any(name.startswith("state-") for name in os.listdir(backup)):
             break
         time.sleep(0.05)
     time.sleep(0.1)

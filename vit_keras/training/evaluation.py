@@ -11,6 +11,7 @@ import keras
 import numpy as np
 
 from vit_keras.data.augmentation import NO_AUGMENTATION, Batching
+from vit_keras.training.progress import Ticker
 
 
 class LabelMapping:
@@ -71,7 +72,8 @@ def evaluate_arrays(model, images, labels, class_names, batch_size=256):
     from vit_keras.data.pipeline import make_dataset
 
     batching = model_batching(model, len(check_names(model, class_names)), batch_size)
-    return evaluate_batches(model, make_dataset(images, labels, **dataclasses.asdict(batching)), class_names)
+    return evaluate_batches(model, make_dataset(images, labels, **dataclasses.asdict(batching)), class_names,
+                            total=len(images))
 
 
 def evaluate_source(model, source, batch_size=256, mapping=None, class_names=None):
@@ -91,14 +93,15 @@ def evaluate_source(model, source, batch_size=256, mapping=None, class_names=Non
         batches = StreamBatches(source, batching, NO_AUGMENTATION)
         batches = (batches[i] for i in range(len(batches)))
     mapped = ((x, mapping.labels(keras.ops.convert_to_numpy(y))) for x, y in batches)
-    return evaluate_batches(model, mapped, class_names)
+    return evaluate_batches(model, mapped, class_names, total=len(source))
 
 
-def evaluate_batches(model, batches, class_names):
-    """``evaluate_arrays``'s dict from (images, class indices) batches at the model's input."""
+def evaluate_batches(model, batches, class_names, total=None):
+    """``evaluate_arrays``'s dict from (images, class indices) batches at the model's input (``total`` images, for
+    the progress lines of a long evaluation)."""
     from vit_keras.inference.predict import predict_function
 
-    forward, num_classes = predict_function(model), len(class_names)
+    forward, num_classes, ticker = predict_function(model), len(class_names), Ticker("evaluate", total)
     loss, count = 0.0, 0
     confusion = np.zeros((num_classes, num_classes), np.int64)
     for x, y in batches:
@@ -109,6 +112,7 @@ def evaluate_batches(model, batches, class_names):
         loss -= float(log_probs[np.arange(len(labels)), labels].sum())
         count += len(labels)
         np.add.at(confusion, (labels, logits.argmax(1)), 1)
+        ticker.update(len(labels))
     if not count:
         raise ValueError("There are no images to evaluate.")
     return report(confusion, class_names, loss / count)

@@ -130,9 +130,21 @@ def finetune_image_size(config, cores=None, accelerators=None, images=None):
 
 
 def with_image_size(config):
-    """``config`` with the image size chosen for fine-tuning (printed, with why) where none was asked for."""
+    """(``config`` with the image size chosen for fine-tuning where none was asked for (printed, with why), the
+    estimated seconds of its fit, or None where nothing was estimated)."""
     if config.recipe != "finetune" or config.image_size is not None:
-        return config
+        return config, None
     side, reason = finetune_image_size(config)
     print(f"image size: {side}, {reason}; --image-size overrides it.")
-    return dataclasses.replace(config, image_size=side)
+    if accelerator_count():
+        return dataclasses.replace(config, image_size=side), None
+    patch, width, depth, *_ = pretrained_shape(config)
+    images = training_images(config)
+    seen = config.epochs * config.steps_per_epoch(images) * config.batch_size
+    return dataclasses.replace(config, image_size=side), fit_seconds(seen, side, (patch, width, depth), usable_cores())
+
+
+def compare_to_estimate(seconds, estimate):
+    """One line: the fit's measured time against the estimate the image size was chosen by."""
+    return (f"fit: {seconds / 60:.1f} min, against the {estimate / 60:.1f} min estimated when the image size was "
+            f"chosen ({seconds / estimate - 1:+.0%})")

@@ -71,3 +71,25 @@ class ProgressLog(keras.callbacks.Callback):
         left = (self.steps - step) * self.images_per_step / rate if rate else 0.0
         self.print_fn(f"{where}, {rate:.1f} img/s{loss}, {duration(elapsed)} elapsed, about {duration(left)} left",
                       flush=True)
+
+
+class Ticker:
+    """Progress of a long loop over ``total`` items (images) for ``what`` ("evaluate", "int8 calibration"): a line
+    every ``interval`` seconds, none for a loop that ends sooner."""
+
+    def __init__(self, what, total, interval=PROGRESS_SECONDS, print_fn=print):
+        self.what, self.total, self.interval, self.print_fn = what, total, interval, print_fn
+        self.done, self.began = 0, time.monotonic()
+        self.last = self.began
+
+    def update(self, count):
+        self.done += count
+        now = time.monotonic()
+        if now - self.last < self.interval:
+            return
+        self.last, elapsed = now, now - self.began
+        rate = self.done / elapsed
+        left = f", about {duration((self.total - self.done) / rate)} left" if self.total and rate else ""
+        of = f" of {self.total:,}" if self.total else ""
+        self.print_fn(f"{self.what}: {self.done:,}{of} images, {rate:.1f} img/s, {duration(elapsed)} elapsed{left}",
+                      flush=True)

@@ -41,7 +41,7 @@ from vit_keras.training import backup, distill, inputs, memory, runs, strategies
 from vit_keras.training.plan import FitPlan
 from vit_keras.training.progress import ProgressLog, fit_verbosity
 from vit_keras.training.config import RECIPE_SIDES, RECIPES, TrainConfig, check_weights, is_saved_model
-from vit_keras.training.finetune import with_image_size
+from vit_keras.training.finetune import compare_to_estimate, with_image_size
 # Re-exported: callers catch NonFiniteLoss and read the recipe's rule and the choice of devices from here.
 from vit_keras.training.config import scaled_learning_rate  # noqa: F401
 from vit_keras.training.runs import NonFiniteLoss  # noqa: F401
@@ -210,7 +210,7 @@ def train_with_config(config, out_dir, overwrite=False):
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
     print(config.recipe_reason())
-    config = with_image_size(config)
+    config, estimate = with_image_size(config)
     strategies.check_batch_size(config.batch_size, dist)
     train_data, val_data = load_splits(config)
     with strategies.scope(dist):
@@ -232,6 +232,8 @@ def train_with_config(config, out_dir, overwrite=False):
         if chief or not runs.read_json(os.path.join(out_dir, "config.json")).get("completed"):
             raise
         seconds = 0.0
+    if estimate and seconds:
+        print(compare_to_estimate(seconds, estimate))
     return runs.finish_run(out_dir, model, record, seconds, chief)
 
 
