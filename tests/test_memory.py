@@ -106,10 +106,12 @@ def test_a_log_gets_the_first_step_then_a_line_every_interval(monkeypatch):
     log.on_train_batch_end(19, {"loss": 1.5})
     assert lines == ["epoch 1/2: 168 of 800 images (21%), first step after 40s, loss 2.5000",
                      "epoch 1/2: 320 of 800 images (40%), 5.1 img/s, loss 1.5000, 1m10s elapsed, about 1m35s left"]
-    log.on_epoch_begin(1)  # the next epoch starts at its first step
+    log.on_epoch_begin(1)  # the next epoch starts at its first step: quick, and not said again
     clock.now += 5
     log.on_train_batch_end(0)
-    assert lines[-1] == "epoch 2/2: 8 of 800 images (1%), first step after 5s"
+    clock.now += 30
+    log.on_train_batch_end(9)
+    assert lines[2:] == ["epoch 2/2: 80 of 800 images (10%), 2.4 img/s, 35s elapsed, about 5m00s left"]
     assert progress.fit_verbosity("auto", io.StringIO()) == 2 and progress.duration(3725) == "1h02m"
 
 

@@ -47,6 +47,7 @@ class ProgressLog(keras.callbacks.Callback):
         self.start_epoch, self.start_step, self.print_fn = start_epoch, start_step, print_fn
         self.epoch = self.offset = 0
         self.began = self.last = self.first = None
+        self.printed = False
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -65,7 +66,9 @@ class ProgressLog(keras.callbacks.Callback):
         loss = f", loss {float(loss):.4f}" if loss is not None else ""
         if self.first is None:  # its time includes compiling the step: the rate is measured from here on
             self.first = (done, now)
-            self.print_fn(f"{where}, first step after {duration(elapsed)}{loss}", flush=True)
+            if not self.printed:  # said once a fit: later epochs' first steps are quick
+                self.print_fn(f"{where}, first step after {duration(elapsed)}{loss}", flush=True)
+                self.printed = True
             return
         rate = (done - self.first[0]) * self.images_per_step / max(now - self.first[1], 1e-9)
         left = (self.steps - step) * self.images_per_step / rate if rate else 0.0
