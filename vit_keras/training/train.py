@@ -287,9 +287,12 @@ def build_for_fit(config, train_data, dist):
     schedule = WarmupCosine(config.learning_rate, total, min(int(plan.steps * config.warmup_epochs), total),
                             steps_per_update=accumulation)
     # Keras 3.15: one step per execution under tf.distribute (its multi-step loop fails there) and on torch.
-    # Accumulated steps are large, so a round trip each costs little, and a multi-step loop holds more memory.
-    several_steps = accumulation == 1 and (backend == "jax" or (backend == "tensorflow" and single_device))
+    # Accumulated steps run one update an execution where that is few steps, else one step (a long multi-step
+    # loop holds more memory, and such steps are large, so a round trip each costs little).
+    several_steps = backend == "jax" or (backend == "tensorflow" and single_device)
     per_execution = config.steps_per_execution if several_steps else 1
+    if accumulation > 1:
+        per_execution = accumulation if accumulation <= per_execution else 1
     compile_model(model, schedule, config.precision, config.weight_decay, config.label_smoothing,
                   jit_compile=config.jit_compile and micro == 1 and backend != "torch",
                   steps_per_execution=per_execution, optimizer=config.optimizer, accumulation=accumulation)
