@@ -393,7 +393,8 @@ def test_the_step_floor_repeats_the_data_within_each_epoch(tmp_path, capsys):
 
 # The keys config.json has had since runs became resumable: resumption compares them, and evaluate and verify read
 # seed and val_fraction from them, so a renamed key would restart or misread the runs already on disk.
-RECORD_KEYS = {"accumulation", "augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "distill", "drop_path", "epochs",
+RECORD_KEYS = {"accumulation", "augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "distill",
+               "drop_path", "epochs",
                "erase", "label_smoothing", "learning_rate", "limit", "micro_batches", "min_steps", "mixup", "model", "precision",
                "optimizer", "recipe", "replicas", "seed", "skipped_images", "steps_per_epoch", "strategy", "teacher_steps",
                "train_examples", "val_examples", "val_fraction", "vit", "warmup_epochs", "weight_decay", "weights"}

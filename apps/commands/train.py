@@ -10,7 +10,8 @@ import os
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
 from vit_keras.apps.commands import add_input_arguments
-from vit_keras.constants import (ACTIVATION_BUDGET, AUGMENTATIONS, BACKUP_MINUTES, BACKEND_STRATEGIES, BOUNDS, DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS,
+from vit_keras.constants import (ACTIVATION_BUDGET, AUGMENTATIONS, BACKUP_MINUTES, BACKEND_STRATEGIES, BOUNDS,
+                                 DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS,
                                  POOLINGS, PRECISIONS, QUANTIZATIONS, RECIPES, STEPS_PER_EXECUTION, STRATEGIES,
                                  VAL_FRACTION)
 

@@ -82,8 +82,8 @@ def input_pipelines(vit, config, train_data, val_data, augmentation, dist=None, 
     step floor: the data repeats); streamed, the steps of every epoch. ``teacher``: its labels are mixed into the
     training targets (``vit_keras.training.distill``). ``epoch``: a resumed run's first (a stream starts that
     epoch's pass again). ``accumulation``: training batches are that many parts of ``config.batch_size``
-    (``vit_keras.training.memory``), and so are validation batches. ``skip``: a stream resumed mid-epoch leaves out that epoch's first ``skip``
-    batches (data in memory is drawn afresh instead)."""
+    (``vit_keras.training.memory``), and so are validation batches. ``skip``: a stream resumed mid-epoch leaves
+    out that epoch's first ``skip`` batches (data in memory is drawn afresh instead)."""
     train = Batching(train_data.num_classes, vit["image_size"], vit["channels"], config.batch_size // accumulation,
                      True, config.seed)
     # Validation batches as large as a training step: a whole batch's forward pass at 224 px would hold more.

@@ -205,8 +205,8 @@ def differences(previous, recorded):
         old = previous.get(key)
         if key == "vit" and isinstance(old, dict) and isinstance(value, dict):
             old = {**ADDED_MODEL_KEYS, **old}
-            changed += [f"vit.{name}: {old.get(name)!r} -> {value.get(name)!r}" for name in sorted(set(old) | set(value))
-                        if old.get(name) != value.get(name)]
+            changed += [f"vit.{name}: {old.get(name)!r} -> {value.get(name)!r}"
+                        for name in sorted(set(old) | set(value)) if old.get(name) != value.get(name)]
         elif old != value:
             changed.append(f"{key}: {old!r} -> {value!r}")
     return changed
