@@ -23,7 +23,6 @@ TensorFlow and JAX; the torch backend runs eagerly (no torch.compile).
 import dataclasses
 import math
 import os
-import sys
 import time
 import warnings
 
