@@ -9,6 +9,7 @@ import numpy as np
 
 from vit_keras import framework
 from vit_keras.constants import RUNTIMES
+from vit_keras.ticker import Ticker
 
 from . import metadata as tflite_metadata
 
@@ -110,11 +111,12 @@ def tflite_scores(path, images, runtime="interpreter", threads=2):
     run = runner(path, runtime, threads)
     dtype, _, norm = model_input(path)
     batch = prepare(images, dtype, norm)
-    scores = []
+    scores, ticker = [], Ticker(f"scoring {os.path.basename(os.fspath(path))}", len(batch))
     for image in batch:
         run.set_input(image[None])
         run.invoke()
         scores.append(np.array(run.get_output()[0], dtype="float32"))
+        ticker.update(1)
     return np.stack(scores)
 
 

@@ -12,7 +12,7 @@ from vit_keras import framework
 from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, MIN_CALIBRATION_IMAGES, QUANTIZATIONS, VAL_FRACTION
 from vit_keras.data.datasets import load_arrays
 from vit_keras.models.vision_transformer import load_model
-from vit_keras.training.progress import Ticker
+from vit_keras.ticker import Ticker
 
 from .attention_output import scores_output_first
 from .dynamic_int8 import int8_from_float

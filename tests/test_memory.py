@@ -8,6 +8,7 @@ import pytest
 
 from vit_keras.constants import ACTIVATION_BUDGET
 from vit_keras.models.configs import model_config
+from vit_keras import ticker
 from vit_keras.training import memory, progress, train
 from vit_keras.training.config import RECIPES, TrainConfig
 from vit_keras.training.plan import FitPlan, parse_every
@@ -112,16 +113,16 @@ def test_a_log_gets_the_first_step_then_a_line_every_interval(monkeypatch):
     clock.now += 30
     log.on_train_batch_end(9)
     assert lines[2:] == ["epoch 2/2: 80 of 800 images (10%), 2.4 img/s, 35s elapsed, about 5m00s left"]
-    assert progress.fit_verbosity("auto", io.StringIO()) == 2 and progress.duration(3725) == "1h02m"
+    assert progress.fit_verbosity("auto", io.StringIO()) == 2 and ticker.duration(3725) == "1h02m"
 
 
 def test_a_long_loop_prints_a_line_every_interval_and_a_short_one_none(monkeypatch):
     clock, lines = Clock(), []
-    monkeypatch.setattr(progress.time, "monotonic", clock)
-    ticker = progress.Ticker("evaluate", 1000, interval=30, print_fn=lambda line, flush: lines.append(line))
+    monkeypatch.setattr(ticker.time, "monotonic", clock)
+    loop = ticker.Ticker("evaluate", 1000, interval=30, print_fn=lambda line, flush: lines.append(line))
     clock.now += 10
-    ticker.update(100)
+    loop.update(100)
     assert lines == []  # a loop shorter than the interval stays quiet
     clock.now += 30
-    ticker.update(300)
+    loop.update(300)
     assert lines == ["evaluate: 400 of 1,000 images, 10.0 img/s, 40s elapsed, about 1m00s left"]

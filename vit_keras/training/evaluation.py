@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from vit_keras.data.augmentation import NO_AUGMENTATION, Batching
-from vit_keras.training.progress import Ticker
+from vit_keras.ticker import Ticker
 
 
 class LabelMapping:
