@@ -113,20 +113,27 @@ def fit_seconds(images, side, shape, cores):
 def finetune_image_size(config, cores=None, accelerators=None, images=None):
     """(side, reason): the input size of a fine-tuning run with no ``image_size`` asked for. ``images``: the
     training images (default: counted from the data)."""
+    return choose_image_size(config, cores, accelerators, images)[:2]
+
+
+def choose_image_size(config, cores=None, accelerators=None, images=None):
+    """``finetune_image_size``'s (side, reason), and the estimated seconds of the fit at that side (None with an
+    accelerator, where nothing is estimated)."""
     patch, width, depth, native, what = pretrained_shape(config)
     accelerators = accelerator_count() if accelerators is None else accelerators
     if accelerators:
-        return native, f"{what} ({accelerators} accelerator(s) found)"
+        return native, f"{what} ({accelerators} accelerator(s) found)", None
     cores = usable_cores() if cores is None else cores
     images = training_images(config) if images is None else images
     seen = config.epochs * config.steps_per_epoch(images) * config.batch_size
     sides = list(range(min(patch * MIN_GRID, native), native + 1, patch))
     fitting = [side for side in sides if fit_seconds(seen, side, (patch, width, depth), cores) <= FIT_MINUTES * 60]
     side = max(fitting, default=sides[0])
-    minutes = fit_seconds(seen, side, (patch, width, depth), cores) / 60
+    seconds = fit_seconds(seen, side, (patch, width, depth), cores)
     return side, (f"the largest whose fit takes at most {FIT_MINUTES} min on {cores} CPU core(s): about "
-                  f"{minutes:.0f} min for {seen:,} training images (estimated from {RATE_PER_CORE:g} img/s a core "
-                  f"for a ViT-Ti/16 at 96 px); at most {what}, {native}, at least {MIN_GRID}x{MIN_GRID} patches")
+                  f"{seconds / 60:.0f} min for {seen:,} training images (estimated from {RATE_PER_CORE:g} img/s a "
+                  f"core for a ViT-Ti/16 at 96 px); at most {what}, {native}, at least {MIN_GRID}x{MIN_GRID} "
+                  "patches"), seconds
 
 
 def with_image_size(config):
@@ -134,14 +141,9 @@ def with_image_size(config):
     estimated seconds of its fit, or None where nothing was estimated)."""
     if config.recipe != "finetune" or config.image_size is not None:
         return config, None
-    side, reason = finetune_image_size(config)
+    side, reason, seconds = choose_image_size(config)
     print(f"image size: {side}, {reason}; --image-size overrides it.")
-    if accelerator_count():
-        return dataclasses.replace(config, image_size=side), None
-    patch, width, depth, *_ = pretrained_shape(config)
-    images = training_images(config)
-    seen = config.epochs * config.steps_per_epoch(images) * config.batch_size
-    return dataclasses.replace(config, image_size=side), fit_seconds(seen, side, (patch, width, depth), usable_cores())
+    return dataclasses.replace(config, image_size=side), seconds
 
 
 def compare_to_estimate(seconds, estimate):
