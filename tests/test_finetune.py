@@ -1,12 +1,15 @@
 """The fine-tuning recipe: chosen where the weights are pretrained (printed with why), every flag still
 overrides it, and its image size is chosen for the machine unless asked for."""
 
+import dataclasses
+
 import keras
 import pytest
 
-from vit_keras.training import train
+from vit_keras.training import train, warmup
 from vit_keras.training.config import RECIPES, TrainConfig
-from vit_keras.training.finetune import compare_to_estimate, finetune_image_size, with_image_size
+from vit_keras.training.finetune import (StepTimes, choose_image_size, compare_to_estimate, cost, finetune_image_size,
+                                         with_image_size)
 
 TINY = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
 
@@ -64,3 +67,39 @@ def test_a_saved_model_fine_tunes_at_most_at_its_own_size(tmp_path):
     config = TrainConfig("fashion_mnist", weights=str(tmp_path / "base.keras"))
     side, reason = finetune_image_size(config, cores=2, accelerators=0, images=60_000)
     assert side == 32 and "the saved model's size" in reason
+
+
+def test_a_measured_warm_up_picks_the_size_and_is_measured_again_where_it_moves_the_choice(capsys):
+    config = TrainConfig("fashion_mnist", weights=TINY)  # 3 epochs of 50,000 images, 10,000 validated an epoch
+    shape = (16, 192, 12)
+
+    def machine(rate_at_96):  # a machine whose ViT-Ti/16 trains rate_at_96 img/s at 96 px (and validates 4x that)
+        def measure(side):
+            measured.append(side)
+            scale = cost(side, *shape) / cost(96, *shape)
+            return StepTimes(side, scale / rate_at_96, scale / rate_at_96 / 4, compile=20.0, measured_in=15.0)
+        measured = []
+        return measure, measured
+
+    as_table, measured = machine(145)  # the table's rate: its choice (96) holds, measured once
+    side, reason, seconds = choose_image_size(config, cores=2, accelerators=0, images=50_000, measure=as_table)
+    assert (side, measured) == (96, [96]) and "measured by a 15 s warm-up" in reason
+    trained, validated = 3 * 50_000 // 64 * 64, 3 * 10_000
+    assert seconds == pytest.approx(trained / 145 + validated / 580 + 20)
+    slower, measured = machine(100)  # a third slower than the table: one size smaller, measured there too
+    side, reason, seconds = choose_image_size(config, cores=2, accelerators=0, images=50_000, measure=slower)
+    assert (side, measured) == (80, [96, 80]) and seconds <= 20 * 60 and "measured by a 30 s warm-up" in reason
+    assert with_image_size(config, slower, recorded=112) == (dataclasses.replace(config, image_size=112), None)
+    assert "112, the size the run being resumed chose" in capsys.readouterr().out and measured == [96, 80]
+
+
+def test_the_warm_up_times_the_runs_own_model_on_this_machine(tmp_path, monkeypatch):
+    monkeypatch.setattr(warmup, "TRAIN_SECONDS", 1.0)
+    monkeypatch.setattr(warmup, "EVALUATE_SECONDS", 0.5)
+    saved = train.build_model_to_train(10, 3, (32, 32), image_size=32,
+                                       model_overrides=dict(patch_size=4, num_layers=2, stem=None))
+    saved.save(tmp_path / "base.keras")
+    config = TrainConfig("fashion_mnist", weights=str(tmp_path / "base.keras"), batch_size=16, epochs=1)
+    times = warmup.step_times(config, 16)
+    assert times.side == 16 and 0 < times.evaluate < times.train and times.compile > 0
+    assert times.measured_in >= 1.5  # the steps it timed, at least

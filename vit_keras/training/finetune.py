@@ -8,8 +8,10 @@ plus 2 D a token pair (attention). So:
 
   * with an accelerator (GPU, TPU): the weights' own size (a preset's; a .keras model's; else 224);
   * on CPUs: the largest size, in whole patches, at least ``MIN_GRID`` patches a side and at most the weights'
-    own, whose estimated fit (the images the recipe trains on, at that cost, at ``RATE_PER_CORE`` ViT-Ti/16 images
-    at 96 px a second a core) takes at most ``FIT_MINUTES``; the smallest where none does.
+    own, whose estimated fit takes at most ``FIT_MINUTES``; the smallest where none does. The estimate counts the
+    images the recipe trains on and validates, at seconds an image measured by a short warm-up on this machine
+    (``vit_keras.training.warmup``) and scaled to other sizes by that cost; without a warm-up, at
+    ``RATE_PER_CORE`` ViT-Ti/16 images at 96 px a second a core.
 """
 
 import dataclasses
@@ -27,7 +29,7 @@ MIN_GRID = 4
 FIT_MINUTES = 20
 # Training images a second a core, of a ViT-Ti/16 at 96 px: the low end of 145-230 on 2 cores (docs/benchmarks.md).
 RATE_PER_CORE = 145 / 2
-FASHION_MNIST_TRAIN = 60_000
+FASHION_MNIST_IMAGES = {"train": 60_000, "val": 10_000}  # val is its test set
 
 
 def cost(side, patch, hidden_size, num_layers):
@@ -87,22 +89,46 @@ def pretrained_shape(config):
     return (*shape, DEFAULT_SIDE, "the usual pre-training size")
 
 
-def training_images(config):
-    """The training images a run has in one pass, counted (folders listed and shards' manifests read, nothing
-    decoded)."""
+def split_images(config, split="train"):
+    """The images a run has in one pass of ``split`` ("train" or "val"), counted (folders listed and shards'
+    manifests read, nothing decoded)."""
     spec = config.data
     if spec.startswith("folder:"):
-        count = len(folder_split(spec[len("folder:"):], "train", config.seed, config.val_fraction)[0])
+        count = len(folder_split(spec[len("folder:"):], split, config.seed, config.val_fraction)[0])
     elif spec.startswith("shards:"):
-        count = len(open_shards(spec[len("shards:"):], "train"))
+        count = len(open_shards(spec[len("shards:"):], split))
     elif spec.startswith("tfds:"):
         import tensorflow_datasets as tfds
 
         splits = tfds.builder(spec[len("tfds:"):], data_dir=config.data_dir).info.splits
-        count = int(splits["train"].num_examples * (1 - config.val_fraction if list(splits) == ["train"] else 1))
+        given = {"train": "train", "val": "validation" if "validation" in splits else "test"}[split]
+        if given in splits and (split == "val" or list(splits) != ["train"]):
+            count = splits[given].num_examples
+        else:  # a seeded part of train is held out
+            share = config.val_fraction if split == "val" else 1 - config.val_fraction
+            count = int(splits["train"].num_examples * share)
     else:
-        count = FASHION_MNIST_TRAIN
+        count = FASHION_MNIST_IMAGES[split]
     return min(count, config.limit or count)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTimes:
+    """Seconds a training image (``train``) and a validation image (``evaluate``) take at ``side`` px, the
+    seconds compiling the two steps took (``compile``), and the seconds the measurement itself took."""
+    side: int
+    train: float
+    evaluate: float
+    compile: float
+    measured_in: float = 0.0
+
+    def at(self, side, shape):
+        """These times scaled to ``side`` by the cost model (``cost``; shape: patch, width, depth)."""
+        ratio = cost(side, *shape) / cost(self.side, *shape)
+        return dataclasses.replace(self, side=side, train=self.train * ratio, evaluate=self.evaluate * ratio)
+
+    def fit_seconds(self, trained, validated):
+        return trained * self.train + validated * self.evaluate + self.compile
 
 
 def fit_seconds(images, side, shape, cores):
@@ -111,37 +137,64 @@ def fit_seconds(images, side, shape, cores):
 
 
 def finetune_image_size(config, cores=None, accelerators=None, images=None):
-    """(side, reason): the input size of a fine-tuning run with no ``image_size`` asked for. ``images``: the
-    training images (default: counted from the data)."""
+    """(side, reason): the input size of a fine-tuning run with no ``image_size`` asked for, by the table rate.
+    ``images``: the training images (default: counted from the data)."""
     return choose_image_size(config, cores, accelerators, images)[:2]
 
 
-def choose_image_size(config, cores=None, accelerators=None, images=None):
+def largest_within(sides, seconds):
+    """The largest of ``sides`` whose ``seconds(side)`` is at most ``FIT_MINUTES``; the smallest where none is."""
+    return max((side for side in sides if seconds(side) <= FIT_MINUTES * 60), default=sides[0])
+
+
+def choose_image_size(config, cores=None, accelerators=None, images=None, measure=None):
     """``finetune_image_size``'s (side, reason), and the estimated seconds of the fit at that side (None with an
-    accelerator, where nothing is estimated)."""
+    accelerator, where nothing is estimated). ``measure``: side -> ``StepTimes`` measured on this machine
+    (``vit_keras.training.warmup.step_times``), at the table's choice and, where the measurement moves it, at the
+    new one; without it, the table rate."""
     patch, width, depth, native, what = pretrained_shape(config)
     accelerators = accelerator_count() if accelerators is None else accelerators
     if accelerators:
         return native, f"{what} ({accelerators} accelerator(s) found)", None
     cores = usable_cores() if cores is None else cores
-    images = training_images(config) if images is None else images
-    seen = config.epochs * config.steps_per_epoch(images) * config.batch_size
+    images = split_images(config) if images is None else images
+    seen, shape = config.epochs * config.steps_per_epoch(images) * config.batch_size, (patch, width, depth)
     sides = list(range(min(patch * MIN_GRID, native), native + 1, patch))
-    fitting = [side for side in sides if fit_seconds(seen, side, (patch, width, depth), cores) <= FIT_MINUTES * 60]
-    side = max(fitting, default=sides[0])
-    seconds = fit_seconds(seen, side, (patch, width, depth), cores)
-    return side, (f"the largest whose fit takes at most {FIT_MINUTES} min on {cores} CPU core(s): about "
-                  f"{seconds / 60:.0f} min for {seen:,} training images (estimated from {RATE_PER_CORE:g} img/s a "
-                  f"core for a ViT-Ti/16 at 96 px); at most {what}, {native}, at least {MIN_GRID}x{MIN_GRID} "
-                  "patches"), seconds
+    bounds = f"at most {what}, {native}, at least {MIN_GRID}x{MIN_GRID} patches"
+    side = largest_within(sides, lambda side: fit_seconds(seen, side, shape, cores))
+    if measure is None:
+        seconds = fit_seconds(seen, side, shape, cores)
+        return side, (f"the largest whose fit takes at most {FIT_MINUTES} min on {cores} CPU core(s): about "
+                      f"{seconds / 60:.0f} min for {seen:,} training images (estimated from {RATE_PER_CORE:g} img/s a "
+                      f"core for a ViT-Ti/16 at 96 px); {bounds}"), seconds
+    validated = config.epochs * split_images(config, "val")
+    measured = [measure(side)]
+
+    def estimate(side):  # from the measurement nearest in size
+        nearest = min(measured, key=lambda times: abs(times.side - side))
+        return nearest.at(side, shape).fit_seconds(seen, validated)
+
+    better = largest_within(sides, estimate)
+    if better != side:
+        measured.append(measure(better))
+        side = largest_within(sides, estimate)
+    seconds, times = estimate(side), min(measured, key=lambda times: abs(times.side - side))
+    return side, (f"the largest whose fit takes at most {FIT_MINUTES} min here: about {seconds / 60:.1f} min for "
+                  f"{seen:,} training and {validated:,} validation images, at {1 / times.train:.1f} and "
+                  f"{1 / times.evaluate:.1f} img/s at {times.side} px, measured by a "
+                  f"{sum(times.measured_in for times in measured):.0f} s warm-up; {bounds}"), seconds
 
 
-def with_image_size(config):
+def with_image_size(config, measure=None, recorded=None):
     """(``config`` with the image size chosen for fine-tuning where none was asked for (printed, with why), the
-    estimated seconds of its fit, or None where nothing was estimated)."""
+    estimated seconds of its fit, or None where nothing was estimated). ``measure``: see ``choose_image_size``;
+    ``recorded``: the size the run being resumed chose (kept: a rerun goes on at it)."""
     if config.recipe != "finetune" or config.image_size is not None:
         return config, None
-    side, reason, seconds = choose_image_size(config)
+    if recorded:
+        print(f"image size: {recorded}, the size the run being resumed chose; --image-size overrides it.")
+        return dataclasses.replace(config, image_size=recorded), None
+    side, reason, seconds = choose_image_size(config, measure=measure)
     print(f"image size: {side}, {reason}; --image-size overrides it.")
     return dataclasses.replace(config, image_size=side), seconds
 

@@ -285,6 +285,12 @@ def data_split(model_path, data=None):
     return split if same else {"whole_folder": True}
 
 
+def recorded_image_size(out_dir):
+    """The input side of the run ``out_dir`` holds (its config.json's model), or None where it holds none."""
+    size = (read_json(os.path.join(out_dir, "config.json")).get("vit") or {}).get("image_size")
+    return max(size) if isinstance(size, list) and size else None
+
+
 def read_json(path):
     """A JSON file's content, or {} when it is missing or unreadable (a run not started, or cut short)."""
     try:

@@ -21,174 +21,24 @@ TensorFlow and JAX; the torch backend runs eagerly (no torch.compile).
 """
 
 import dataclasses
-import math
 import os
 import time
 import warnings
 
-import keras
-import numpy as np
-
-from vit_keras import framework
-from vit_keras.constants import OPTIMIZERS, PRECISIONS
 from vit_keras.data import flip_check
-from vit_keras.data.datasets import folder_image_size
-from vit_keras.factory import create_model
-from vit_keras.models.layers import register
-from vit_keras.models.vision_transformer import VisionTransformer, load_model, resize_model
-from vit_keras.training import backup, distill, inputs, memory, runs, strategies
-from vit_keras.training.plan import FitPlan
+from vit_keras.training import backup, distill, inputs, runs, strategies, warmup
+from vit_keras.training.building import build_for_fit, decode_size
 from vit_keras.training.progress import ProgressLog, fit_verbosity
-from vit_keras.training.config import RECIPE_SIDES, RECIPES, TrainConfig, check_weights, is_saved_model
+from vit_keras.training.config import TrainConfig
 from vit_keras.training.finetune import compare_to_estimate, with_image_size
-# Re-exported: callers catch NonFiniteLoss and read the recipe's rule and the choice of devices from here.
-from vit_keras.training.config import scaled_learning_rate  # noqa: F401
+from vit_keras.validation import check_keywords
+# Re-exported: the training API callers build, compile and catch from here (the recipe's model and optimizer,
+# NonFiniteLoss, the recipes and the choice of devices).
+from vit_keras.training.building import build_model_to_train, finetune_from, recipe_image_size, recipe_patch  # noqa: F401
+from vit_keras.training.config import RECIPES, scaled_learning_rate  # noqa: F401
+from vit_keras.training.optimizer import WarmupCosine, compile_model, make_optimizer, set_precision  # noqa: F401
 from vit_keras.training.runs import NonFiniteLoss  # noqa: F401
 from vit_keras.training.strategies import get_strategy, worker_role  # noqa: F401
-from vit_keras.validation import check_choice, check_keywords, pair
-
-# Variable names (``variable.name``) kept out of weight decay: LayerNorm/BatchNorm scale and offset,
-# all biases, the position embeddings and the class token.
-NO_DECAY_PATTERN = r"^(gamma|beta|bias|pos_embedding|pos_row|pos_col|pos_cls|cls|logit_scale)$"
-
-
-@register
-class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from 0 to ``peak`` over ``warmup_steps``, then cosine decay to ``end`` at ``total_steps``,
-    counted in updates: with ``steps_per_update`` > 1 (gradient accumulation) the optimizer's step count, which
-    counts every accumulated step, is divided by it."""
-
-    def __init__(self, peak, total_steps, warmup_steps=0, end=0.0, steps_per_update=1):
-        if total_steps < 1 or not 0 <= warmup_steps <= total_steps:
-            raise ValueError(f"Need 0 <= warmup_steps <= total_steps and total_steps >= 1; "
-                             f"got warmup_steps={warmup_steps}, total_steps={total_steps}.")
-        self.peak, self.end = float(peak), float(end)
-        self.total_steps, self.warmup_steps = int(total_steps), int(warmup_steps)
-        self.steps_per_update = int(steps_per_update)
-
-    def __call__(self, step):
-        ops = keras.ops
-        step = ops.floor(ops.cast(step, "float32") / self.steps_per_update)
-        warmup = self.peak * step / max(self.warmup_steps, 1)
-        progress = ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
-        cosine = self.end + 0.5 * (self.peak - self.end) * (1.0 + ops.cos(math.pi * progress))
-        return ops.where(step < self.warmup_steps, warmup, cosine)
-
-    def get_config(self):
-        return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, end=self.end,
-                    steps_per_update=self.steps_per_update)
-
-
-def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32", beta_2=0.999, name="adamw",
-                   accumulation=1):
-    """AdamW, or SGD with momentum 0.9 (``name``="sgd", the paper's fine-tuning), with the no-decay exclusions and
-    global-norm clipping (loss-scaled under float16); ``accumulation`` > 1 averages that many steps' gradients
-    into each update (``schedule`` then counts steps, not updates)."""
-    check_choice(name, "optimizer", OPTIMIZERS)
-    common = dict(learning_rate=schedule, weight_decay=weight_decay, global_clipnorm=clipnorm,
-                  gradient_accumulation_steps=accumulation if accumulation > 1 else None)
-    if name == "sgd":
-        optimizer = keras.optimizers.SGD(momentum=0.9, **common)
-    else:
-        optimizer = keras.optimizers.AdamW(beta_1=0.9, beta_2=beta_2, **common)
-    optimizer.exclude_from_weight_decay(var_names=[NO_DECAY_PATTERN])
-    if precision == "mixed_float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    return optimizer
-
-
-def set_precision(precision):
-    """Set the global Keras dtype policy; call before building the model."""
-    check_choice(precision, "precision", PRECISIONS)
-    keras.mixed_precision.set_global_policy(precision)
-
-
-def compile_model(model, schedule, precision="float32", weight_decay=0.05, label_smoothing=0.1, clipnorm=1.0,
-                  jit_compile="auto", steps_per_execution=1, optimizer="adamw", accumulation=1):
-    """Compile with the recipe's optimizer and a label-smoothed loss on one-hot labels."""
-    model.compile(
-        optimizer=make_optimizer(schedule, weight_decay, clipnorm, precision, name=optimizer,
-                                 accumulation=accumulation),
-        loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing),
-        metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
-        jit_compile=jit_compile,
-        steps_per_execution=steps_per_execution,
-    )
-    return model
-
-
-def recipe_patch(side, grid):
-    """A power-of-two patch (the conv stem halves the image per conv) giving a token grid of ``grid``'s sides
-    (the recipe's (fewest, most) tokens a side), or close."""
-    return 1 << max(round(math.log2(max(side, 2) / (sum(grid) / 2))), 1)
-
-
-def recipe_image_size(data_size, recipe="quick"):
-    """The recipe's input size and patch for images of ``data_size``: the first of ``RECIPE_SIDES`` that holds
-    them in whole patches (the largest for bigger images). Both recipes' 4x4 grid: 28 or 32 -> (32, 8); bigger
-    images -> (64, 16)."""
-    side, grid = max(data_size), RECIPES[recipe]["grid"]
-    for candidate in RECIPE_SIDES:
-        patch = recipe_patch(candidate, grid)
-        if (candidate >= side and candidate % patch == 0) or candidate == RECIPE_SIDES[-1]:
-            return (candidate, candidate), patch
-
-
-def build_model_to_train(num_classes, channels, data_size, config=None, image_size=None, **settings):
-    """The model ``config`` (a ``TrainConfig``; default: one of ``settings``, its keywords) trains, taking raw
-    0-255 pixels: its named ViT (``model_name``, with ``weights`` and ``model_overrides``), its saved model, or the
-    recipe's small ViT for data of ``data_size`` (h, w) with ``channels``. ``image_size``: the input (default
-    ``config``'s)."""
-    if config is None:
-        config = TrainConfig(settings.pop("data", "fashion_mnist"), **settings)
-    elif settings:
-        raise ValueError(f"build_model_to_train takes a `config` or settings, not both; got {sorted(settings)}.")
-    image_size = config.image_size if image_size is None else image_size
-    model_name, recipe, drop_path, weights = config.model_name, config.recipe, config.drop_path, config.weights
-    keras.utils.set_random_seed(config.seed)
-    overrides = dict(config.model_overrides or {})
-    if "pooling" in overrides:  # a class token where its pooling reads one, unless asked otherwise
-        overrides.setdefault("class_token", overrides["pooling"] == "token")
-    common = dict(num_classes=num_classes, channels=channels, include_preprocessing=True, drop_path=drop_path)
-    check_weights(weights, model_name, overrides)
-    if is_saved_model(weights):
-        return finetune_from(weights, num_classes, image_size, drop_path)
-    if model_name is None:
-        size, patch = recipe_image_size(data_size, recipe)
-        if image_size is not None:
-            size, grid = pair(image_size, "image_size"), RECIPES[recipe]["grid"]
-            patch = recipe_patch(max(size), grid)
-            if any(side % patch for side in size):  # e.g. 21 or 30: the largest whole patch, a grid a bit finer
-                patch = next(p for p in range(max(max(size) // grid[0], 1), 0, -1) if not any(s % p for s in size))
-        settings = {**RECIPES[recipe]["model"], "patch_size": patch, **overrides}
-        if settings.get("stem") == "conv" and settings["patch_size"] & (settings["patch_size"] - 1):
-            settings["stem"] = None  # the conv stem halves per conv: plain patch embedding for other patches
-        return VisionTransformer(image_size=size, name="vit_quick", **settings, **common)
-    return create_model(model_name, image_size=image_size or data_size, weights=weights, **common, **overrides)
-
-
-def decode_size(data, model_name=None, image_size=None, weights=None, recipe="quick"):
-    """The size to decode folder images at, where the model's input size is known before they load: the
-    asked ``image_size``, or the recipe's size for the folder. None: the data's own size."""
-    if image_size is not None:
-        return pair(image_size, "image_size")
-    if model_name is None and not is_saved_model(weights) and str(data).startswith("folder:"):
-        return recipe_image_size(folder_image_size(data[len("folder:"):]) or (28, 28), recipe)[0]
-    return None
-
-
-def finetune_from(path, num_classes, image_size=None, drop_path=None):
-    """A saved VisionTransformer, resized to ``image_size``, with a zero head for ``num_classes`` and the
-    given ``drop_path`` (None: the saved one)."""
-    model = load_model(path)
-    if image_size is not None:
-        model = resize_model(model, image_size)
-    config = model.get_config()
-    changes = {key: value for key, value in dict(num_classes=num_classes, drop_path=drop_path).items()
-               if value is not None and config[key] != value}
-    if changes:  # a new num_classes gets the paper's zero-initialized D x K head (section 3.2)
-        model = model.rebuild(**changes)
-    return model
 
 
 def train(data, out_dir, overwrite=False, **options):
@@ -209,7 +59,8 @@ def train_with_config(config, out_dir, overwrite=False):
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
     print(config.recipe_reason())
-    config, estimate = with_image_size(config)
+    config, estimate = with_image_size(config, lambda side: warmup.step_times(config, side, dist),
+                                       None if overwrite else runs.recorded_image_size(out_dir))
     strategies.check_batch_size(config.batch_size, dist)
     train_data, val_data = load_splits(config)
     with strategies.scope(dist):
@@ -262,46 +113,6 @@ def choose_flips(config, train_data):
     print(f"warning: `augment`={augment!r} flips images, but flips look label-changing on this data "
           f"({flip_check.describe(plain, flipped)}).")
     return True
-
-
-def build_for_fit(config, train_data, dist):
-    """(model, its ``FitPlan``, micro-batches its steps use): the model built and compiled in ``dist``'s scope."""
-    num_classes, (height, width, channels) = train_data.num_classes, train_data.image_shape
-    fixed = inputs.fixed_size(config.data, train_data) if config.model_name is None else None
-    image_size = config.image_size or fixed  # the recipe's ViT trains on shards at their size
-    model = build_model_to_train(num_classes, channels, (height, width), config, image_size)
-    inputs.check_model_size(config.data, train_data, model)
-    if len(train_data) < config.batch_size:
-        raise ValueError(f"`batch_size`={config.batch_size} is larger than the {len(train_data)} "
-                         "training images; use a smaller batch size.")
-    steps_per_epoch = (inputs.stream_steps(config, train_data, dist) if inputs.is_streamed(train_data) else
-                       config.steps_per_epoch(len(train_data)))
-    single_device, backend = not strategies.is_distributed(dist), keras.backend.backend()
-    micro = config.micro_batches if backend == "tensorflow" and single_device and config.jit_compile else 1
-    accumulation = config.accumulation_of(model.get_config(), micro * strategies.replica_count(dist))
-    print(memory.describe(model.get_config(), config.batch_size, accumulation))
-    plan = FitPlan(steps_per_epoch, accumulation,
-                   config.repeats_data(len(train_data)) and not inputs.is_streamed(train_data))
-    total = plan.steps * config.epochs
-    schedule = WarmupCosine(config.learning_rate, total, min(int(plan.steps * config.warmup_epochs), total),
-                            steps_per_update=accumulation)
-    # Keras 3.15: one step per execution under tf.distribute (its multi-step loop fails there) and on torch.
-    # Accumulated steps run one update an execution where that is few steps, else one step (a long multi-step
-    # loop holds more memory, and such steps are large, so a round trip each costs little).
-    several_steps = backend == "jax" or (backend == "tensorflow" and single_device)
-    per_execution = config.steps_per_execution if several_steps else 1
-    if accumulation > 1:
-        per_execution = accumulation if accumulation <= per_execution else 1
-    compile_model(model, schedule, config.precision, config.weight_decay, config.label_smoothing,
-                  jit_compile=config.jit_compile and micro == 1 and backend != "torch",
-                  steps_per_execution=per_execution, optimizer=config.optimizer, accumulation=accumulation)
-    if micro > 1:
-        from vit_keras.training.microbatch import enable_micro_batches
-
-        enable_micro_batches(model, micro)
-    if strategies.is_tf_multi_worker(dist):
-        _prebuild(model, config.batch_size // accumulation, num_classes)
-    return model, plan, micro
 
 
 def make_teacher(config, vit, out_dir, train_data, val_data, chief=True):
@@ -360,19 +171,3 @@ def fit(model, config, out_dir, train_data, val_data, plan, worker=None, dist=No
     if streamed and skipped:
         print(f"skipped {len(skipped):,} unreadable image(s) while streaming, e.g. {skipped[0][0]}")
     return time.perf_counter() - started
-
-
-def _prebuild(model, batch_size, num_classes):
-    """Work around two Keras 3.15 TF-trainer bugs under MultiWorkerMirroredStrategy (per instance).
-
-    1. ``fit`` builds the model by all-reducing a nested (x, y) batch, which the collective reduce
-       cannot take ("unsupported type PerReplica"): build from shapes here and skip that step.
-    2. Step logs are reduced with ``strategy.reduce("MEAN", v, axis=0)``, which fails on the scalar
-       metrics: give them a leading axis of 1, so the mean over workers is the usual scalar.
-    """
-    x = np.zeros((batch_size, *model.input_shape[1:]), "float32")
-    framework.symbolic_build(model, (x, np.zeros((batch_size, num_classes), "float32")))
-    framework.skip_symbolic_build(model)
-    for name in ("train_step", "test_step"):
-        step = getattr(model, name)
-        setattr(model, name, lambda data, step=step: {k: keras.ops.reshape(v, [1]) for k, v in step(data).items()})
