@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, MIN_CALIBRATION_IMAGES, QUANTIZATIONS
-from vit_keras.files import write_bytes
+from vit_keras.files import DiskFull, write_bytes
 from vit_keras.models.normalization import pixel_normalization
 from vit_keras.validation import check_keywords
 
@@ -99,7 +99,9 @@ def write_atomic(path, data):
         write_bytes(path, data)
     except PermissionError as error:
         raise PermissionError(f"`out` {path!r} is not writable: {error}") from error
-    except OSError as error:  # a full disk, a vanished folder: say so, not "not writable"
+    except DiskFull:
+        raise  # it names the path and what to do
+    except OSError as error:  # a vanished folder: say so, not "not writable"
         raise OSError(error.errno, f"could not write `out` {path!r}: {error.strerror or error}") from error
 
 

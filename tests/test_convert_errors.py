@@ -8,6 +8,7 @@ import pytest
 import vit_keras
 import keras
 
+from disks import full_disk
 from vit_keras.apps import cli
 from vit_keras.convert import export as tflite_export
 from vit_keras.convert import tflite
@@ -275,3 +276,16 @@ def test_a_calibration_folder_too_small_names_the_option(vit_file, tmp_path):
         tflite_export.export_tflite(vit_file, tmp_path / "m.tflite", quantize="int8",
                                     calibration=f"folder:{tmp_path / 'photos'}")
     assert not (tmp_path / "m.tflite").exists()
+
+
+def test_a_full_disk_names_the_file_and_keeps_the_old_one(vit_file, tmp_path, capsys):
+    with full_disk(tmp_path / "disk") as fill:
+        out = tmp_path / "disk" / "model.tflite"
+        out.write_bytes(b"the earlier export")
+        fill()
+        with pytest.raises(OSError, match=f"the disk is full: writing {out} failed .* Free some space there"):
+            tflite_export.export_tflite(vit_file, out, labels=LABELS)
+        assert out.read_bytes() == b"the earlier export"
+        assert not [name for name in os.listdir(out.parent) if name.startswith(".tmp-")]
+        assert cli.main(["export", str(vit_file), "--out", str(out), "--quantize", "float32"]) == 2
+        assert f"error: the disk is full: writing {out}" in capsys.readouterr().err

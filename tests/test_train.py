@@ -18,7 +18,8 @@ import tensorflow as tf
 
 import vit_keras
 from vit_keras.apps import cli
-from vit_keras.training import runs
+from disks import full_disk
+from vit_keras.training import backup, runs
 from vit_keras.training import train
 from vit_keras.data.augmentation import Augmentation
 from vit_keras.data.datasets import FASHION_MNIST_CLASSES
@@ -194,6 +195,21 @@ def test_backups_are_whole_files_named_by_their_place_and_only_the_newest_is_kep
     (tmp_path / ".worker-1" / "backup").mkdir(parents=True)  # a non-chief task's, kept until the chief is done
     runs.remove_backups(str(tmp_path))
     assert not (tmp_path / "backup").exists() and not (tmp_path / ".worker-1" / "backup").exists()
+
+
+def test_a_backup_on_a_full_disk_names_it_and_the_newest_one_stays_readable(tmp_path):
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(512)])  # 133 KB of weights
+    model.compile(optimizer="adam", loss="mse")
+    with full_disk(tmp_path / "disk") as fill:
+        saver = backup.Backup(str(tmp_path / "disk" / "backup"))
+        saver.set_model(model)
+        saver.save(1, 0)
+        fill()
+        with pytest.raises(OSError, match=r"the disk is full: writing .*state-e00002-s000000000.weights.h5 failed .*"
+                                          r"newest backup, .*state-e00001-s000000000.weights.h5, is intact: rerun"):
+            saver.save(2, 0)
+        assert backup_states(tmp_path / "disk") == ["state-e00001-s000000000.weights.h5"]
+        assert backup.resume_point(model, str(tmp_path / "disk" / "backup")).epoch == 1
 
 
 def test_a_damaged_backup_is_named_and_the_run_starts_again(fashion, tmp_path, capsys):

@@ -2,9 +2,30 @@
 JSON settings files read with a clear error."""
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import tempfile
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(OSError):
+    """A write ran out of disk space (or quota); the file it was writing was left as it was."""
+
+    def __str__(self):
+        return self.strerror  # the message says it all, without "[Errno 28]"
+
+
+def disk_full(path, error):
+    """A ``DiskFull`` for ``error`` (an OSError of ``DISK_FULL``) met writing ``path``: where, how much is free,
+    and what to do."""
+    folder = os.path.dirname(os.path.abspath(path))
+    free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
+    return DiskFull(error.errno, f"the disk is full: writing {path} failed ({free / 1e6:.1f} MB free in {folder}), "
+                                 "and the file was left as it was. Free some space there, or write to another "
+                                 "folder, then run the command again.")
 
 
 def _umask():
@@ -31,9 +52,11 @@ def atomic_path(path):
     try:
         yield temp
         publish(temp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.remove(temp)
+        if isinstance(error, OSError) and error.errno in DISK_FULL and not isinstance(error, DiskFull):
+            raise disk_full(path, error) from error
         raise
 
 

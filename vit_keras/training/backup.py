@@ -19,7 +19,7 @@ import time
 
 import keras
 
-from vit_keras.files import atomic_path
+from vit_keras.files import DiskFull, atomic_path
 from vit_keras.training.plan import parse_every
 
 STATE_PATTERN = re.compile(r"^state-e(\d+)-s(\d+)\.weights\.h5$")
@@ -122,8 +122,14 @@ class Backup(keras.callbacks.Callback):
     def save(self, epoch, step):
         """Write the state after ``step`` steps of ``epoch``, then remove the older ones."""
         path = os.path.join(self.folder, f"state-e{epoch:05d}-s{step:09d}.weights.h5")
-        with atomic_path(path) as temp:
-            self.model.save_weights(temp)
+        try:
+            with atomic_path(path) as temp:
+                self.model.save_weights(temp)
+        except DiskFull as error:
+            newest = [older for *_, older in state_files(self.folder)]
+            raise DiskFull(error.errno, f"{error.strerror} The run's newest backup, "
+                                        f"{newest[0] if newest else 'none yet'}, is intact: rerun the same command "
+                                        "to resume from it.") from error
         for *_, older in state_files(self.folder):
             if older != path:
                 os.remove(older)
