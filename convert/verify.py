@@ -15,7 +15,8 @@ import numpy as np
 
 from vit_keras.constants import RUNTIMES
 from vit_keras.data.pipeline import fit_images
-from vit_keras.data.sources import load_in_memory
+from vit_keras.data.sources import choose_input, list_split, load_in_memory
+from vit_keras.ticker import Ticker
 from vit_keras.training.evaluation import label_mapping
 from vit_keras.training.runs import data_split
 
@@ -26,6 +27,8 @@ from .runtime import latency_ms, op_precisions, tflite_scores
 from .runtime_version import describe as describe_runtime
 from .runtime_version import required_runtime
 from .tflite import load_vit
+
+CHUNK_IMAGES = 512  # decoded and scored at a time: a split of any size verifies in bounded memory
 
 
 def check_image_classifier(path):
@@ -99,9 +102,10 @@ def gpu_note(rows):
     return bugs + "CompiledModel's GPU accelerator: " + "; ".join(f"{f}: {said[v]}" for f, v in verdicts.items())
 
 
-def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, runtimes=RUNTIMES):
-    """One row of the verification table, as a dict."""
-    scores = tflite_scores(tflite_path, images)
+def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, runtimes=RUNTIMES, scores=None):
+    """One row of the verification table, as a dict; ``scores``: the file's scores of ``images`` where they are
+    already known (``images`` then unused)."""
+    scores = tflite_scores(tflite_path, images) if scores is None else scores
     float_ops, integer_ops = op_precisions(tflite_path)
     gpu = gpu_report(tflite_path)
     runtime = required_runtime(tflite_path)
@@ -166,32 +170,69 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
     return "\n".join(lines)
 
 
-def verify_data(tflite_paths, keras_path, data, split="test", limit=None, data_dir=None):
-    """(Keras model, uint8 images fitted to it, its output index per image or None, a line saying which images and
-    how their classes map to the model's) for ``verify_files``."""
-
+def check_files(tflite_paths):
     for path in tflite_paths:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"`tflite` file {path!r} does not exist.")
         check_image_classifier(path)
+
+
+def data_line(count, split, data, source, mapping):
+    """Which images were verified, and how their classes map to the model's."""
+    line = f"{count:,} {split} images of {data}{f' ({source})' if source else ''}; their classes {mapping.how}"
+    return line if mapping else line + ": top-1 agreement only, no accuracy"
+
+
+def verify_data(tflite_paths, keras_path, data, split="test", limit=None, data_dir=None):
+    """(Keras model, uint8 images fitted to it, its output index per image or None, a line saying which images and
+    how their classes map to the model's), all in memory, for a report that needs every image at once."""
+    check_files(tflite_paths)
     model = load_vit(keras_path)
     dataset = load_in_memory(data, split, "verify", limit=limit, image_size=model.vit_config["image_size"],
                              data_dir=data_dir, **data_split(keras_path, data))  # a training folder's held-out part
     images = fit_images(dataset.images, model.vit_config["image_size"], model.vit_config["channels"])
     mapping = label_mapping(dataset.class_names, model_labels(keras_path, tflite_paths),
                             model.vit_config["num_classes"])
-    used = f" ({dataset.source})" if dataset.source else ""
-    line = f"{len(images):,} {split} images of {data}{used}; their classes {mapping.how}"
-    if not mapping:
-        line += ": top-1 agreement only, no accuracy"
+    line = data_line(len(images), split, data, dataset.source, mapping)
     return model, images, mapping.labels(dataset.labels) if mapping else None, line
+
+
+def split_chunks(data, split, image_size, limit=None, data_dir=None, **split_options):
+    """(class names, source, image count, an iterator of (uint8 images, labels) of at most ``CHUNK_IMAGES``) of
+    ``data``'s split: decoded at once where it fits the memory budget, else read from disk a chunk at a time."""
+    listed = list_split(data, split, image_size=image_size, limit=limit, data_dir=data_dir, **split_options)
+    if listed is not None and choose_input("auto", [listed])[0] == "stream":
+        return listed.class_names, listed.source, len(listed), listed.chunks(CHUNK_IMAGES)
+    dataset = (listed.decode_all() if listed is not None else
+               load_in_memory(data, split, "verify", limit=limit, image_size=image_size, data_dir=data_dir,
+                              **split_options))
+    count = len(dataset.labels)
+    return dataset.class_names, dataset.source, count, (
+        (dataset.images[start:start + CHUNK_IMAGES], dataset.labels[start:start + CHUNK_IMAGES])
+        for start in range(0, count, CHUNK_IMAGES))
 
 
 def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=50, threads=(1, 2), data_dir=None):
     """The Markdown verification table of ``tflite_paths`` against the .keras model on ``data`` (tfds' folder:
-    ``data_dir``)."""
-    model, images, labels, line = verify_data(tflite_paths, keras_path, data, split, limit, data_dir)
-    reference = keras_scores(model, images)
-    rows = [verify(path, reference, labels, images, threads=threads, runs=runs) for path in tflite_paths]
-    return (f"{line}; latency at batch 1, median of {runs} runs after warm-up.\n\n"
-            + format_table(rows, threads, split=split) + "\n\n" + gpu_note(rows) + "\n\n" + runtime_note(rows))
+    ``data_dir``), scored a chunk of images at a time (a folder too large for memory is read as it goes)."""
+    check_files(tflite_paths)
+    model = load_vit(keras_path)
+    vit = model.vit_config
+    names, source, count, chunks = split_chunks(data, split, vit["image_size"], limit, data_dir,
+                                                **data_split(keras_path, data))  # a training folder's held-out part
+    mapping = label_mapping(names, model_labels(keras_path, tflite_paths), vit["num_classes"])
+    reference, scores, labels, ticker = [], {path: [] for path in tflite_paths}, [], Ticker("verify", count)
+    for images, part_labels in chunks:
+        images = fit_images(images, vit["image_size"], vit["channels"])
+        reference.append(keras_scores(model, images))
+        for path in tflite_paths:
+            scores[path].append(tflite_scores(path, images))
+        labels.append(part_labels)
+        ticker.update(len(images))
+    reference, labels = np.concatenate(reference), np.concatenate(labels)
+    labels = mapping.labels(labels) if mapping else None
+    rows = [verify(path, reference, labels, None, threads=threads, runs=runs, scores=np.concatenate(scores[path]))
+            for path in tflite_paths]
+    return (f"{data_line(len(reference), split, data, source, mapping)}; latency at batch 1, median of {runs} runs "
+            "after warm-up.\n\n" + format_table(rows, threads, split=split) + "\n\n" + gpu_note(rows) + "\n\n"
+            + runtime_note(rows))

@@ -74,6 +74,26 @@ def test_verify_reads_another_folder_whole(run_dir, tmp_path):
     assert report.startswith(f"12 test images of folder:{root / 'other2'} (the whole folder)")
 
 
+def test_verify_reads_a_folder_too_large_for_memory_a_chunk_at_a_time(run_dir, tmp_path, monkeypatch):
+    from vit_keras.convert import verify
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.data import sources
+
+    root, model = run_dir
+    make_folder(root / "other3", per_class=9)
+    path = tmp_path / "m.tflite"
+    export_tflite(str(model), str(path), quantize="float32")
+    whole = verify.verify_files([str(path)], str(model), f"folder:{root / 'other3'}", runs=2, threads=(1,))
+    monkeypatch.setattr(sources, "memory_budget", lambda: 1_000)  # 18 images of 12x12 are beyond it
+    monkeypatch.setattr(verify, "CHUNK_IMAGES", 5)
+    names, _, count, chunks = verify.split_chunks(f"folder:{root / 'other3'}", "test", 12, whole_folder=True)
+    assert (names, count, [len(labels) for _, labels in chunks]) == (["a", "b"], 18, [5, 5, 5, 3])
+    streamed = verify.verify_files([str(path)], str(model), f"folder:{root / 'other3'}", runs=2, threads=(1,))
+    rows = [line.split("|")[6:9] for report in (whole, streamed) for line in report.splitlines()
+            if line.startswith("| m.tflite")]  # agreement, accuracy, max abs diff
+    assert streamed.startswith("18 test images") and rows[0] == rows[1]
+
+
 def test_label_mapping_by_name_by_index_or_none():
     from vit_keras.training.evaluation import label_mapping
 

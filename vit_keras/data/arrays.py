@@ -118,3 +118,16 @@ class StreamedSplit:
     def decoded_bytes(self):
         """The bytes the split takes decoded into memory."""
         return len(self) * int(np.prod(self.image_shape))
+
+    def chunks(self, size):
+        """(uint8 images, int64 labels) of up to ``size`` readable images at a time, in order, from ``examples``: a
+        pass over the split that holds one chunk in memory."""
+        images, labels = [], []
+        for image, label in self.examples():
+            images.append(image)
+            labels.append(label)
+            if len(images) == size:
+                yield np.stack(images), np.asarray(labels, np.int64)
+                images, labels = [], []
+        if images:
+            yield np.stack(images), np.asarray(labels, np.int64)

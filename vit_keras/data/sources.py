@@ -57,6 +57,13 @@ class FileSource(StreamedSplit):
             self.skips.add(self.files[index], error)
             return None
 
+    def examples(self):
+        """(image, label) of each readable image in order (an unreadable one is logged in ``skips``)."""
+        for index in range(len(self)):
+            image = self.read_or_none(index)
+            if image is not None:
+                yield image, self.labels[index]
+
     def subset(self, indices, source=None):
         """The examples at ``indices`` (sharing this source's log of unreadable files)."""
         return dataclasses.replace(self, files=[self.files[i] for i in indices], labels=self.labels[indices],
