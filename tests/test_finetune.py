@@ -103,3 +103,11 @@ def test_the_warm_up_times_the_runs_own_model_on_this_machine(tmp_path, monkeypa
     times = warmup.step_times(config, 16)
     assert times.side == 16 and 0 < times.evaluate < times.train and times.compile > 0
     assert times.measured_in >= 1.5  # the steps it timed, at least
+
+
+def test_missing_weights_fail_before_the_data_is_read_or_a_warm_up_runs(tmp_path, capsys):
+    with pytest.raises((OSError, ValueError), match="missing.safetensors"):
+        train.train("fashion_mnist", str(tmp_path / "run"), weights=str(tmp_path / "missing.safetensors"),
+                    model_name="vit_ti16")
+    printed = capsys.readouterr().out
+    assert "recipe: finetune" in printed and "input:" not in printed and "image size:" not in printed

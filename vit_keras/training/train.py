@@ -29,9 +29,10 @@ from vit_keras.data import flip_check
 from vit_keras.training import backup, distill, inputs, runs, strategies, warmup
 from vit_keras.training.building import build_for_fit, decode_size
 from vit_keras.training.progress import ProgressLog, fit_verbosity
-from vit_keras.training.config import TrainConfig
+from vit_keras.training.config import TrainConfig, is_saved_model
 from vit_keras.training.finetune import compare_to_estimate, with_image_size
 from vit_keras.validation import check_keywords
+from vit_keras.weights.fetch import resolve
 # Re-exported: the training API callers build, compile and catch from here (the recipe's model and optimizer,
 # NonFiniteLoss, the recipes and the choice of devices).
 from vit_keras.training.building import build_model_to_train, finetune_from, recipe_image_size, recipe_patch  # noqa: F401
@@ -59,6 +60,8 @@ def train_with_config(config, out_dir, overwrite=False):
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
     print(config.recipe_reason())
+    if config.weights and not is_saved_model(config.weights):
+        resolve(config.weights)  # downloaded (or found missing) now, before the data is read or a warm-up runs
     config, estimate = with_image_size(config, lambda side: warmup.step_times(config, side, dist),
                                        None if overwrite else runs.recorded_image_size(out_dir))
     strategies.check_batch_size(config.batch_size, dist)
