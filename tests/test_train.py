@@ -642,7 +642,7 @@ def test_mirrored_strategy_averages_gradients_over_the_global_batch():
 
 MULTI_WORKER_SGD = """
 import sys, numpy as np, keras
-from vit_keras.training import train
+from vit_keras.training import building, train
 from vit_keras.data.datasets import load_dataset
 from vit_keras.data.pipeline import make_dataset
 # SGD, unlike Adam, is linear in the gradient: workers that never synced, or summed their gradients instead of
@@ -655,7 +655,7 @@ with strategy.scope():
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss=keras.losses.CategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
     if sys.argv[2] == "multi_worker":
-        train._prebuild(model, 64, 10)
+        building.prebuild_multi_worker(model, 64, 10)
 model.fit(make_dataset(data.images, data.labels, 10, batch_size=64), epochs=1, verbose=0)  # 4 fixed batches
 start = train.build_model_to_train(10, 1, (28, 28), image_size=28, model_overrides=plain).get_weights()
 np.savez(sys.argv[1], *model.get_weights(), step=max(float(np.abs(a - b).max()) for a, b in zip(model.get_weights(), start)))

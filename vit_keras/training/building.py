@@ -137,11 +137,11 @@ def compile_for_fit(model, config, steps_per_epoch, repeated=False, dist=None):
 
         enable_micro_batches(model, micro)
     if strategies.is_tf_multi_worker(dist):
-        _prebuild(model, config.batch_size // accumulation, model.get_config()["num_classes"])
+        prebuild_multi_worker(model, config.batch_size // accumulation, model.get_config()["num_classes"])
     return plan, micro
 
 
-def _prebuild(model, batch_size, num_classes):
+def prebuild_multi_worker(model, batch_size, num_classes):
     """Work around two Keras 3.15 TF-trainer bugs under MultiWorkerMirroredStrategy (per instance).
 
     1. ``fit`` builds the model by all-reducing a nested (x, y) batch, which the collective reduce

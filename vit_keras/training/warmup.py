@@ -22,16 +22,16 @@ TRAIN_SECONDS = 8.0  # of training steps timed after the first (compiling) one
 EVALUATE_SECONDS = 3.0
 MIN_TIMED = 2  # executions timed at least, however long they take
 WARMUP_CLASSES = 10  # the head's width barely changes a step's time
-CHANNELS = 3  # pretrained weights take RGB (the pipeline makes gray images RGB)
+CHANNELS = 3  # a named ViT's pretrained weights take RGB; a saved model keeps its own channels
 
 
 class RepeatedBatch(keras.utils.PyDataset):
     """One synthetic batch, ``steps`` times: a step's compute without the cost of reading data."""
 
-    def __init__(self, batch_size, side, steps, seed=0):
+    def __init__(self, batch_size, side, channels, steps, seed=0):
         super().__init__()
         rng = np.random.default_rng(seed)
-        self.images = rng.uniform(0, 255, (batch_size, side, side, CHANNELS)).astype("float32")
+        self.images = rng.uniform(0, 255, (batch_size, side, side, channels)).astype("float32")
         self.labels = np.eye(WARMUP_CLASSES, dtype="float32")[rng.integers(0, WARMUP_CLASSES, batch_size)]
         self.steps = steps
 
@@ -82,7 +82,7 @@ def step_times(config, side, dist=None):
         model = build_model_to_train(WARMUP_CLASSES, CHANNELS, (side, side), trial, side, pretrained=False)
         plan, _ = compile_for_fit(model, trial, steps_per_epoch=10_000, dist=dist)
     batch = config.batch_size // plan.accumulation
-    data = RepeatedBatch(batch, side, steps=10_000, seed=config.seed)
+    data = RepeatedBatch(batch, side, model.get_config()["channels"], steps=10_000, seed=config.seed)
     train_clock, test_clock = StepClock(TRAIN_SECONDS), StepClock(EVALUATE_SECONDS)
     with strategies.fit_scope(dist):
         model.fit(data, epochs=1, verbose=0, callbacks=[train_clock], shuffle=False)
