@@ -170,15 +170,17 @@ def choose_image_size(config, cores=None, accelerators=None, images=None, measur
     validated = config.epochs * split_images(config, "val")
     measured = [measure(side)]
 
+    def nearest(side):
+        return min(measured, key=lambda times: abs(times.side - side))
+
     def estimate(side):  # from the measurement nearest in size
-        nearest = min(measured, key=lambda times: abs(times.side - side))
-        return nearest.at(side, shape).fit_seconds(seen, validated)
+        return nearest(side).at(side, shape).fit_seconds(seen, validated)
 
     better = largest_within(sides, estimate)
     if better != side:
         measured.append(measure(better))
         side = largest_within(sides, estimate)
-    seconds, times = estimate(side), min(measured, key=lambda times: abs(times.side - side))
+    seconds, times = estimate(side), nearest(side)
     return side, (f"the largest whose fit takes at most {FIT_MINUTES} min here: about {seconds / 60:.1f} min for "
                   f"{seen:,} training and {validated:,} validation images, at {1 / times.train:.1f} and "
                   f"{1 / times.evaluate:.1f} img/s at {times.side} px, measured by a "
