@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "inference.predict": ("predict", "predict_function"),
+    "inference.predict": ("predict", "predict_function", "TopK"),
     "training.microbatch": ("enable_micro_batches",),
     "models.layers": ("DropPath", "PatchEncoder", "Patches"),
     "models.encoder": ("MultiHeadSelfAttention", "TransformerBlock"),
@@ -24,6 +24,8 @@ _EXPORTS = {
     "models.position": ("resize_position_embedding",),
     "models.stems": ("ConvStem", "ResNetV2Stem", "StdConv2D"),
     "factory": ("create_model",),
+    "training.api": ("finetune_recipe", "image_dataset"),
+    "training.recipe": ("Recipe",),
     "weights.presets": ("get_preset", "list_presets", "preset_labels"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -20,16 +20,21 @@ def create_model(
     dropout=0.0,
     drop_path=0.0,
     include_top=True,
+    include_preprocessing=True,
     weights=None,
     **overrides,
 ):
     """Build a named ViT (default vit_b16, 224 pixels, 1,000 classes), optionally loading ``weights`` (a path or
     URL to a checkpoint, a Hugging Face or keras-hub folder, or a preset name).
 
+    The model takes raw 0-255 pixels and normalizes them as its weights were trained
+    (``include_preprocessing=True``, as every model a run saves and every exported file does);
+    ``include_preprocessing=False`` takes normalized pixels instead. ``model.input_description`` says which.
+
     ``name`` may be a preset (``vit_keras.list_presets()``): its model with its weights, image size, classes and
     normalization, each unless given (``weights.presets.preset_arguments``). ``overrides`` take any
     ``VisionTransformer`` argument (patch_size, hidden_size, num_heads, mlp_dim, num_layers, stem, channels,
-    representation_size, include_preprocessing, pixel_mean, pixel_std, attention_dropout, gelu_approximate, ...).
+    representation_size, class_names, pixel_mean, pixel_std, attention_dropout, gelu_approximate, ...).
     ``pixel_mean="checkpoint"`` takes the input normalization the weights record
     (``weights.checkpoint_normalization``), and refuses weights that record none.
     """
@@ -50,7 +55,7 @@ def create_model(
     model = VisionTransformer(
         image_size=224 if image_size is None else image_size, num_classes=1000 if num_classes is None else num_classes,
         pooling=pooling, position_embedding=position_embedding, dropout=dropout, drop_path=drop_path,
-        include_top=include_top, **config,
+        include_top=include_top, include_preprocessing=include_preprocessing, **config,
     )
     if weights is not None:
         load_weights(model, weights)

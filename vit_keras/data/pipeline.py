@@ -57,6 +57,35 @@ def make_dataset(images, labels, num_classes, image_size=None, channels=None, ba
     return finish(dataset, tf.data.experimental.AutoShardPolicy.DATA)
 
 
+def example_batches(dataset, batching, augmentation, steps=None):
+    """Batches of a ``tf.data.Dataset`` of (image, int label) examples (images 0-255, uint8 or float) for a
+    ``Batching`` whose channels are unset (the data's); images of differing sizes need its ``image_size``, to
+    which each is resized. Training: shuffled, and ``steps`` batches each time it is iterated (repeating)."""
+    spec = dataset.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2 and spec[0].shape.rank == 3 and spec[0].shape[-1]):
+        raise ValueError(f"`data` must be a tf.data.Dataset of (image (H, W, C), label) examples, unbatched; got "
+                         f"elements {spec}.")
+    shape = spec[0].shape
+    if not shape.is_fully_defined():
+        if batching.image_size is None:
+            raise ValueError("`data` has images of differing sizes: pass `image_size` (or a recipe) to resize them.")
+        size = batching.image_size
+        dataset = dataset.map(lambda x, y: (tf.image.resize(tf.cast(x, tf.float32), size), y),
+                              num_parallel_calls=PARALLEL_BATCHES, deterministic=True)
+        shape = (*size, shape[-1])
+    batching = batching.resolve(tuple(shape))
+    dataset = dataset.map(lambda x, y: (tf.cast(x, tf.float32), tf.cast(y, tf.int64)))
+    if batching.training:
+        dataset = dataset.shuffle(10_000, seed=batching.seed, reshuffle_each_iteration=True)
+        if steps:
+            dataset = dataset.repeat()
+    dataset = dataset.batch(batching.batch_size, drop_remainder=batching.drop_remainder)
+    batch_seeds = tf.data.Dataset.random(seed=batching.seed, rerandomize_each_iteration=True).batch(2)
+    dataset = finish(augment_batches(tf.data.Dataset.zip((dataset, batch_seeds)), batching,
+                                     augmentation.in_training(batching.training)), tf.data.experimental.AutoShardPolicy.DATA)
+    return dataset.take(steps) if steps and batching.training else dataset
+
+
 def augment_batches(dataset, batching, augmentation, teacher=None):
     """((uint8 images, labels), stateless seed) batches -> (float32 images 0..255 at the model's input, targets):
     the steps of the module's doc, for a resolved ``batching`` and the ``augmentation`` its batches get."""

@@ -101,11 +101,14 @@ def shard_images(source, batching, epoch, buffer=256, skip=0):
     return images.ignore_errors(log_warning=True)  # a damaged record: the epoch goes on
 
 
-def stream_dataset(source, batching, augmentation, teacher=None, shard=(0, 1), steps=None, epoch=0, skip=0):
+def stream_dataset(source, batching, augmentation, teacher=None, shard=(0, 1), steps=None, epoch=0, skip=0,
+                   pass_per_iteration=False):
     """Batches of a stream source (``vit_keras.data.sources``) for a resolved ``Batching``: this worker's part
     (``shard``), at ``batching.batch_size`` a batch (the worker's share of the global batch). Training: the
     passes from ``epoch`` on, each ``steps`` batches (default: ``steps_per_pass``), the first without its first
-    ``skip`` batches (a run resumed mid-epoch: the rest of that pass, as an uninterrupted run sees it)."""
+    ``skip`` batches (a run resumed mid-epoch: the rest of that pass, as an uninterrupted run sees it).
+    ``pass_per_iteration``: in training, one pass each time the dataset is iterated, in an order drawn afresh
+    (``model.fit`` without ``steps_per_epoch`` iterates it once an epoch)."""
     augmentation = augmentation.in_training(batching.training)
     local = source.part(*shard)
     if isinstance(local, ShardSource):
@@ -123,7 +126,10 @@ def stream_dataset(source, batching, augmentation, teacher=None, shard=(0, 1), s
             lambda i: tf.stack([tf.cast(pass_epoch, tf.int64) * 1_000_003 + batching.seed, i]))
         return tf.data.Dataset.zip((batches.take(steps - skipped) if batching.training else batches, seeds))
 
-    if batching.training:
+    if batching.training and pass_per_iteration:
+        draws = tf.data.Dataset.random(seed=batching.seed, rerandomize_each_iteration=True).take(1)
+        dataset = draws.flat_map(lambda draw: one_pass(tf.math.floormod(draw, MAX_PASSES)))
+    elif batching.training:
         dataset = tf.data.Dataset.range(epoch, MAX_PASSES).flat_map(one_pass)
     else:
         dataset = one_pass(tf.constant(0, tf.int64))

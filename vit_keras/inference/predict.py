@@ -14,8 +14,12 @@ The micro-batches are TensorFlow's (tf.function, its inter-op pool). Under the o
 run the model's own predict step, batch by batch (compiled by Keras: XLA under JAX), without TensorFlow.
 """
 
+import dataclasses
+
 import keras
 import numpy as np
+
+from vit_keras.models.normalization import check_pixels
 
 
 def check_micro_batches(micro_batches):
@@ -63,13 +67,19 @@ def predict_function(model, micro_batches=4, jit_compile=True):
     return run
 
 
-def predict(model, data, batch_size=32, micro_batches=4, jit_compile=True):
+def predict(model, data, batch_size=32, micro_batches=4, jit_compile=True, top_k=None):
     """Outputs for an array of images (split into ``batch_size`` batches), or an iterable of batches of images or
-    of (images, labels): a ``tf.data`` dataset, a ``keras.utils.PyDataset`` (``vit_keras.data.array_pipeline``), ..."""
+    of (images, labels): a ``tf.data`` dataset, a ``keras.utils.PyDataset`` (``vit_keras.data.array_pipeline``), ...
+
+    ``top_k``: instead of logits, the ``top_k`` most likely classes of each image with their softmax
+    probabilities and labels (``TopK``; the model's ``class_names``, else "class i")."""
     if int(batch_size) < 1:
         raise ValueError(f"`batch_size` must be a positive int; got {batch_size}.")
+    if top_k is not None:
+        check_top_k(top_k, model)
     run = predict_function(model, micro_batches, jit_compile)
     if hasattr(data, "shape"):  # an array: NumPy, or the backend's
+        check_pixels(data, getattr(model, "vit_config", {}), "data")
         batches = (data[i:i + batch_size] for i in range(0, len(data), batch_size))
     else:
         batches = (element[0] if isinstance(element, tuple) else element for element in data)
@@ -77,4 +87,37 @@ def predict(model, data, batch_size=32, micro_batches=4, jit_compile=True):
                for x in batches]
     if not outputs:
         raise ValueError("`data` is empty: there is nothing to predict.")
-    return keras.tree.map_structure(lambda *parts: np.concatenate(parts, 0), *outputs)
+    logits = keras.tree.map_structure(lambda *parts: np.concatenate(parts, 0), *outputs)
+    return logits if top_k is None else TopK.of(logits, top_k, getattr(model, "class_names", None))
+
+
+def check_top_k(top_k, model):
+    classes = model.output_shape[-1]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= classes:
+        raise ValueError(f"`top_k` must be an int from 1 to the model's {classes} classes; got {top_k!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TopK:
+    """The most likely classes of each image, most likely first: ``indices`` (N, k) ints, ``scores`` (N, k)
+    softmax probabilities, ``labels`` (N, k) their class names."""
+    indices: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+
+    @classmethod
+    def of(cls, logits, k, class_names=None):
+        logits = np.asarray(logits, "float64")
+        probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+        probabilities /= probabilities.sum(-1, keepdims=True)
+        indices = np.argsort(-probabilities, axis=-1, kind="stable")[:, :k]
+        names = np.asarray(class_names if class_names is not None else
+                           [f"class {i}" for i in range(logits.shape[-1])], dtype=object)
+        return cls(indices, np.take_along_axis(probabilities, indices, -1).astype("float32"), names[indices])
+
+    def __len__(self):
+        return len(self.indices)
+
+    def rows(self):
+        """One list an image of (label, score) pairs, most likely first."""
+        return [list(zip(labels.tolist(), map(float, scores))) for labels, scores in zip(self.labels, self.scores)]

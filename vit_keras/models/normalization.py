@@ -122,3 +122,48 @@ def describe(config):
     mean, std = (np.round(values / 255.0, 6) for values in pixel_normalization(config))
     return (f"mean ({', '.join(f'{v:g}' for v in mean)}), std ({', '.join(f'{v:g}' for v in std)}) "
             "of pixel / 255")
+
+
+def input_range(config):
+    """(lowest, highest) value a model's input can take: 0-255 pixels, or their normalized range."""
+    if config.get("include_preprocessing"):
+        return 0.0, 255.0
+    mean, std = pixel_normalization(config)
+    return float(np.min(-mean / std)), float(np.max((255.0 - mean) / std))
+
+
+def input_description(config):
+    """The input a model takes, in words."""
+    if config.get("include_preprocessing"):
+        return "raw 0-255 pixels"
+    low, high = input_range(config)
+    return f"normalized pixels in [{low:.3g}, {high:.3g}] ({describe(config)})"
+
+
+CHECKED_IMAGES = 64  # the images of an array batch whose range is checked: enough to tell, cheap to read
+
+
+def check_pixels(images, config, name="images"):
+    """Refuse an array of ``images`` whose values are obviously scaled for the other input than the model's
+    (``config``: a VisionTransformer's): normalized values given to a model that takes raw 0-255 pixels, or raw
+    pixels given to one that takes normalized ones. Datasets and tensors are not read (that would cost a batch)."""
+    if not config or not isinstance(images, np.ndarray) or images.ndim != 4 or not images.size:
+        return
+    if images.dtype.kind not in "biuf":
+        raise ValueError(f"`{name}` must hold numbers (uint8 pixels or floats); got dtype {images.dtype}.")
+    sample = images[:CHECKED_IMAGES]
+    low, high = float(sample.min()), float(sample.max())
+    expected_low, expected_high = input_range(config)
+    margin = 0.01 * (expected_high - expected_low)
+    if config.get("include_preprocessing"):
+        scaled = images.dtype.kind == "f" and (low < 0 or 0 < high <= 1.0)
+        wrong = scaled or high > 255 + margin
+        fix = ("pass raw 0-255 pixels (the model normalizes them itself), or build it with "
+               "include_preprocessing=False")
+    else:
+        wrong = low < expected_low - margin or high > expected_high + margin
+        fix = ("normalize them as the model expects (vit_keras.models.normalization.normalize), or build it with "
+               "include_preprocessing=True to pass raw 0-255 pixels")
+    if wrong:
+        raise ValueError(f"`{name}` holds values in [{low:.3g}, {high:.3g}], but the model takes "
+                         f"{input_description(config)}, in [{expected_low:.3g}, {expected_high:.3g}]: {fix}.")

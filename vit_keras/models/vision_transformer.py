@@ -23,7 +23,7 @@ from vit_keras.constants import POOLINGS, POSITION_EMBEDDINGS
 from vit_keras.models import stems
 from vit_keras.models.encoder import TransformerBlock
 from vit_keras.models.layers import PatchEncoder, check_choice, check_divisible, pair, register
-from vit_keras.models.normalization import check_normalization, rescaling_layer
+from vit_keras.models.normalization import check_normalization, check_pixels, input_description, rescaling_layer
 from vit_keras.models.position import resize_axis_embedding, resize_position_embedding
 from vit_keras.models.readout import TokenPooling
 from vit_keras.validation import check_keywords
@@ -61,6 +61,9 @@ class VisionTransformer(keras.Model):
     ``include_preprocessing=True`` (the "preprocessing" layer then normalizes them).
     pixel_mean, pixel_std: ``channels`` values in [0, 1] (timm's units), or a preset name ('imagenet', 'inception').
     Output: logits (B, num_classes), or pooled features (B, D) without the top.
+    class_names: the label of each class, in index order (None: unnamed); saved with the model, so ``predict``'s
+    ``top_k`` and the exported file's labels read them. ``input_description`` and ``repr`` say which input the
+    model takes, and ``fit``/``evaluate``/``predict`` refuse an array batch obviously scaled for the other one.
     For small data (Lee et al. 2021; Hassani et al. 2021): ``locality_attention=True`` (every block's MSA masks
     its diagonal and learns its temperature) and ``pooling="sequence"``.
     """
@@ -90,6 +93,7 @@ class VisionTransformer(keras.Model):
         norm_epsilon=1e-6,
         gelu_approximate=False,
         locality_attention=False,
+        class_names=None,
         name="vit",
         **kwargs,
     ):
@@ -114,6 +118,7 @@ class VisionTransformer(keras.Model):
         if class_token is None:
             class_token = pooling == "token"
         pixel_mean, pixel_std = check_normalization(pixel_mean, pixel_std, int(channels))
+        class_names = check_class_names(class_names, num_classes if include_top else None)
         config = dict(
             image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, num_heads=num_heads,
             mlp_dim=mlp_dim, num_layers=num_layers, num_classes=num_classes, channels=channels,
@@ -122,6 +127,7 @@ class VisionTransformer(keras.Model):
             representation_size=representation_size, include_top=include_top,
             include_preprocessing=include_preprocessing, pixel_mean=pixel_mean, pixel_std=pixel_std,
             norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate, locality_attention=locality_attention,
+            class_names=class_names,
         )
 
         images = keras.Input((*image_size, channels), name="images")
@@ -199,6 +205,40 @@ class VisionTransformer(keras.Model):
                 return keras_export.export_litert(self, filepath, verbose, input_signature, **kwargs)
         return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
 
+    def __repr__(self):
+        config = self.vit_config
+        h, w = config["image_size"]
+        out = f"{config['num_classes']} classes" if config["include_top"] else "features"
+        return f"<VisionTransformer {self.name}: {h}x{w}x{config['channels']} {self.input_description} -> {out}>"
+
+    @property
+    def takes_raw_pixels(self):
+        """Whether the model takes raw 0-255 pixels (``include_preprocessing=True``), not normalized ones."""
+        return bool(self.vit_config["include_preprocessing"])
+
+    @property
+    def input_description(self):
+        """The input the model takes, in words: raw pixels, or pixels normalized as it was trained."""
+        return input_description(self.vit_config)
+
+    @property
+    def class_names(self):
+        """The label of each class in index order, or None where the model has none."""
+        names = self.vit_config.get("class_names")
+        return None if names is None else list(names)
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        check_pixels(x, self.vit_config, "x")
+        return super().fit(x, y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        check_pixels(x, self.vit_config, "x")
+        return super().evaluate(x, y, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        check_pixels(x, self.vit_config, "x")
+        return super().predict(x, *args, **kwargs)
+
     def call(self, inputs, training=None, mask=None):
         channels, got = self.vit_config["channels"], inputs.shape[-1]
         if got is not None and got != channels:
@@ -233,7 +273,10 @@ class VisionTransformer(keras.Model):
         resampled to the new patch grid (fixed sincos tables are the new model's own), as for fine-tuning at
         a higher resolution. A head that no longer fits starts at zero: the paper's fine-tuning (section 3.2).
         """
-        model = VisionTransformer.from_config({**self.get_config(), **changes})
+        config = {**self.get_config(), **changes}
+        if config["num_classes"] != self.vit_config["num_classes"] and "class_names" not in changes:
+            config["class_names"] = None  # a new head: its classes are not the old ones
+        model = VisionTransformer.from_config(config)
         sources = {layer.name: layer for layer in self.layers}
         for target in model.layers:
             source = sources.get(target.name)
@@ -273,6 +316,18 @@ class VisionTransformer(keras.Model):
 
 QUANTIZED_LAYERS = "quantized_layers"  # get_config's key: {layer path in the model: its quantized dtype policy}
 VIT_KEYWORDS = frozenset(inspect.signature(VisionTransformer.__init__).parameters) - {"self", "kwargs"} | {"trainable"}
+
+
+def check_class_names(class_names, num_classes):
+    """``class_names`` as a list of ``num_classes`` strings (None: none), or a clear error."""
+    if class_names is None:
+        return None
+    if isinstance(class_names, str) or not all(isinstance(name, str) for name in class_names):
+        raise ValueError(f"`class_names` must be a list of strings, one a class; got {class_names!r}.")
+    if num_classes is None or len(class_names) != int(num_classes):
+        raise ValueError(f"`class_names` has {len(class_names)} names, but the model has "
+                         f"{'no head' if num_classes is None else f'{num_classes} classes'}: give one name a class.")
+    return list(class_names)
 
 
 def _relative_path(layer, variable):

@@ -13,7 +13,7 @@ from vit_keras.factory import create_model
 from vit_keras.models.vision_transformer import VisionTransformer, load_model, resize_model
 from vit_keras.training import inputs, memory, strategies
 from vit_keras.training.config import RECIPE_SIDES, RECIPES, TrainConfig, check_weights, is_saved_model
-from vit_keras.training.optimizer import WarmupCosine, compile_model
+from vit_keras.training.recipe import Recipe
 from vit_keras.training.plan import FitPlan
 from vit_keras.validation import pair
 
@@ -36,11 +36,12 @@ def recipe_image_size(data_size, recipe="quick"):
 
 
 def build_model_to_train(num_classes, channels, data_size, config=None, image_size=None, pretrained=True,
-                         **settings):
+                         class_names=None, **settings):
     """The model ``config`` (a ``TrainConfig``; default: one of ``settings``, its keywords) trains, taking raw
     0-255 pixels: its named ViT (``model_name``, with ``weights`` and ``model_overrides``), its saved model, or the
     recipe's small ViT for data of ``data_size`` (h, w) with ``channels``. ``image_size``: the input (default
-    ``config``'s); ``pretrained``=False leaves a named ViT's weights random (the same model, to time it)."""
+    ``config``'s); ``pretrained``=False leaves a named ViT's weights random (the same model, to time it);
+    ``class_names``: the data's, which the model keeps."""
     if config is None:
         config = TrainConfig(settings.pop("data", "fashion_mnist"), **settings)
     elif settings:
@@ -51,10 +52,11 @@ def build_model_to_train(num_classes, channels, data_size, config=None, image_si
     overrides = dict(config.model_overrides or {})
     if "pooling" in overrides:  # a class token where its pooling reads one, unless asked otherwise
         overrides.setdefault("class_token", overrides["pooling"] == "token")
-    common = dict(num_classes=num_classes, channels=channels, include_preprocessing=True, drop_path=drop_path)
+    common = dict(num_classes=num_classes, channels=channels, include_preprocessing=True, drop_path=drop_path,
+                  class_names=None if class_names is None else list(class_names))
     check_weights(weights, model_name, overrides)
     if is_saved_model(weights):
-        return finetune_from(weights, num_classes, image_size, drop_path)
+        return finetune_from(weights, num_classes, image_size, drop_path, common["class_names"])
     if model_name is None:
         size, patch = recipe_image_size(data_size, recipe)
         if image_size is not None:
@@ -80,15 +82,16 @@ def decode_size(data, model_name=None, image_size=None, weights=None, recipe="qu
     return None
 
 
-def finetune_from(path, num_classes, image_size=None, drop_path=None):
+def finetune_from(path, num_classes, image_size=None, drop_path=None, class_names=None):
     """A saved VisionTransformer, resized to ``image_size``, with a zero head for ``num_classes`` and the
-    given ``drop_path`` (None: the saved one)."""
+    given ``drop_path`` (None: the saved one) and ``class_names`` (None: the saved ones where the head is kept)."""
     model = load_model(path)
     if image_size is not None:
         model = resize_model(model, image_size)
     config = model.get_config()
-    changes = {key: value for key, value in dict(num_classes=num_classes, drop_path=drop_path).items()
-               if value is not None and config[key] != value}
+    changes = {key: value for key, value in dict(num_classes=num_classes, drop_path=drop_path,
+                                                 class_names=class_names).items()
+               if value is not None and config.get(key) != value}
     if changes:  # a new num_classes gets the paper's zero-initialized D x K head (section 3.2)
         model = model.rebuild(**changes)
     return model
@@ -99,7 +102,8 @@ def build_for_fit(config, train_data, dist):
     num_classes, (height, width, channels) = train_data.num_classes, train_data.image_shape
     fixed = inputs.fixed_size(config.data, train_data) if config.model_name is None else None
     image_size = config.image_size or fixed  # the recipe's ViT trains on shards at their size
-    model = build_model_to_train(num_classes, channels, (height, width), config, image_size)
+    model = build_model_to_train(num_classes, channels, (height, width), config, image_size,
+                                 class_names=train_data.class_names)
     inputs.check_model_size(config.data, train_data, model)
     if len(train_data) < config.batch_size:
         raise ValueError(f"`batch_size`={config.batch_size} is larger than the {len(train_data)} "
@@ -114,31 +118,13 @@ def build_for_fit(config, train_data, dist):
 
 def compile_for_fit(model, config, steps_per_epoch, repeated=False, dist=None):
     """(``FitPlan``, micro-batches a step uses): ``model`` compiled as ``config``'s fit runs it on ``dist``, for
-    epochs of ``steps_per_epoch`` batches (``repeated``: several passes over a small dataset)."""
-    single_device, backend = not strategies.is_distributed(dist), keras.backend.backend()
-    micro = config.micro_batches if backend == "tensorflow" and single_device and config.jit_compile else 1
-    accumulation = config.accumulation_of(model.get_config(), micro * strategies.replica_count(dist))
-    plan = FitPlan(steps_per_epoch, accumulation, repeated)
-    total = plan.steps * config.epochs
-    schedule = WarmupCosine(config.learning_rate, total, min(int(plan.steps * config.warmup_epochs), total),
-                            steps_per_update=accumulation)
-    # Keras 3.15: one step per execution under tf.distribute (its multi-step loop fails there) and on torch.
-    # Accumulated steps run one update an execution where that is few steps, else one step (a long multi-step
-    # loop holds more memory, and such steps are large, so a round trip each costs little).
-    several_steps = backend == "jax" or (backend == "tensorflow" and single_device)
-    per_execution = config.steps_per_execution if several_steps else 1
-    if accumulation > 1:
-        per_execution = accumulation if accumulation <= per_execution else 1
-    compile_model(model, schedule, config.precision, config.weight_decay, config.label_smoothing,
-                  jit_compile=config.jit_compile and micro == 1 and backend != "torch",
-                  steps_per_execution=per_execution, optimizer=config.optimizer, accumulation=accumulation)
-    if micro > 1:
-        from vit_keras.training.microbatch import enable_micro_batches
-
-        enable_micro_batches(model, micro)
+    epochs of ``steps_per_epoch`` updates (``repeated``: several passes over a small dataset), through the
+    ``Recipe`` the Python API gives its users too."""
+    recipe = Recipe.from_config(config, model.get_config(), steps_per_epoch, dist)
+    recipe.compile(model)
     if strategies.is_tf_multi_worker(dist):
-        prebuild_multi_worker(model, config.batch_size // accumulation, model.get_config()["num_classes"])
-    return plan, micro
+        prebuild_multi_worker(model, recipe.step_batch_size, model.get_config()["num_classes"])
+    return FitPlan(steps_per_epoch, recipe.accumulation, repeated), recipe.micro_batches
 
 
 def prebuild_multi_worker(model, batch_size, num_classes):

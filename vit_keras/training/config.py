@@ -77,9 +77,14 @@ def is_saved_model(weights):
     return str(weights or "").endswith(".keras")
 
 
+# ``weights`` of the recipe a model in hand fine-tunes with (``vit_keras.training.api.finetune_recipe``): the
+# weights are the model's own, so no file is read.
+MODEL_IN_HAND = "the model passed in"
+
+
 def check_weights(weights, model_name, overrides):
     """A .keras file and a preset bring their own architecture; any other checkpoint needs a named model."""
-    if not weights:
+    if not weights or weights == MODEL_IN_HAND:
         return
     if is_saved_model(weights):
         if model_name or overrides:

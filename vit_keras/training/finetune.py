@@ -22,6 +22,7 @@ import zipfile
 from vit_keras.data.datasets import folder_split
 from vit_keras.data.shards import open_shards
 from vit_keras.models.configs import model_config
+from vit_keras.validation import pair
 from vit_keras.weights.presets import find_preset
 
 DEFAULT_SIDE = 224  # the usual pre-training size, for a checkpoint file that names none
@@ -72,13 +73,17 @@ def saved_config(path):
         return json.loads(archive.read("config.json"))["config"]
 
 
+def model_shape(vit, what="the model's own size"):
+    """(patch, width, depth, side, ``what`` that side is) of the model ``vit`` (its config). A hybrid's patch is
+    its stem's stride (the encoder takes 1x1 patches of its feature map)."""
+    patch = vit["patch_size"] if isinstance(vit["patch_size"], int) else max(vit["patch_size"])
+    return patch, vit["hidden_size"], vit["num_layers"], max(pair(vit["image_size"], "image_size")), what
+
+
 def pretrained_shape(config):
-    """(patch, width, depth, the weights' own side, what that side is) of a fine-tuning run's model. A hybrid's
-    patch is its stem's stride (the encoder takes 1x1 patches of its feature map)."""
+    """``model_shape`` of a fine-tuning run's model, its side the weights' own."""
     if str(config.weights).endswith(".keras"):
-        vit = saved_config(config.weights)
-        patch = vit["patch_size"] if isinstance(vit["patch_size"], int) else max(vit["patch_size"])
-        return patch, vit["hidden_size"], vit["num_layers"], max(vit["image_size"]), "the saved model's size"
+        return model_shape(saved_config(config.weights), "the saved model's size")
     vit = model_config(config.model_name, **{key: value for key, value in (config.model_overrides or {}).items()
                                              if key in ("patch_size", "hidden_size", "num_layers")})
     patch = vit["patch_size"] if isinstance(vit["patch_size"], int) else max(vit["patch_size"])
@@ -147,12 +152,15 @@ def largest_within(sides, seconds):
     return max((side for side in sides if seconds(side) <= FIT_MINUTES * 60), default=sides[0])
 
 
-def choose_image_size(config, cores=None, accelerators=None, images=None, measure=None):
+def choose_image_size(config, cores=None, accelerators=None, images=None, measure=None, shape=None,
+                      val_images=None):
     """``finetune_image_size``'s (side, reason), and the estimated seconds of the fit at that side (None with an
     accelerator, where nothing is estimated). ``measure``: side -> ``StepTimes`` measured on this machine
     (``vit_keras.training.warmup.step_times``), at the table's choice and, where the measurement moves it, at the
-    new one; without it, the table rate."""
-    patch, width, depth, native, what = pretrained_shape(config)
+    new one; without it, the table rate. ``shape``: the model's (patch, width, depth, its own side, what that
+    side is) (default: ``pretrained_shape``); ``images``, ``val_images``: the training and validation images
+    (default: counted from the data)."""
+    patch, width, depth, native, what = pretrained_shape(config) if shape is None else shape
     accelerators = accelerator_count() if accelerators is None else accelerators
     if accelerators:
         return native, f"{what} ({accelerators} accelerator(s) found)", None
@@ -167,7 +175,7 @@ def choose_image_size(config, cores=None, accelerators=None, images=None, measur
         return side, (f"the largest whose fit takes at most {FIT_MINUTES} min on {cores} CPU core(s): about "
                       f"{seconds / 60:.0f} min for {seen:,} training images (estimated from {RATE_PER_CORE:g} img/s a "
                       f"core for a ViT-Ti/16 at 96 px); {bounds}"), seconds
-    validated = config.epochs * split_images(config, "val")
+    validated = config.epochs * (split_images(config, "val") if val_images is None else val_images)
     measured = [measure(side)]
 
     def nearest(side):

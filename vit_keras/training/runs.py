@@ -204,7 +204,8 @@ def differences(previous, recorded):
             continue
         old = previous.get(key)
         if key == "vit" and isinstance(old, dict) and isinstance(value, dict):
-            old = {**ADDED_MODEL_KEYS, **old}
+            # class_names joined the model's config later; the record's own class_names held them already
+            old = {**ADDED_MODEL_KEYS, "class_names": value.get("class_names"), **old}
             changed += [f"vit.{name}: {old.get(name)!r} -> {value.get(name)!r}"
                         for name in sorted(set(old) | set(value)) if old.get(name) != value.get(name)]
         elif old != value:

@@ -75,11 +75,15 @@ class StepClock(keras.callbacks.Callback):
         return step, max(first - self.started - step * first_steps, 0.0)
 
 
-def step_times(config, side, dist=None):
-    """``StepTimes`` of ``config``'s (a ``TrainConfig``) model at ``side`` px on this machine, measured."""
+def step_times(config, side, dist=None, model=None):
+    """``StepTimes`` of ``config``'s (a ``TrainConfig``) model at ``side`` px on this machine, measured; ``model``:
+    a model in hand to measure (a ``VisionTransformer``; its copy at that size) instead of ``config``'s."""
     trial = dataclasses.replace(config, image_size=side)
     with strategies.scope(dist):
-        model = build_model_to_train(WARMUP_CLASSES, CHANNELS, (side, side), trial, side, pretrained=False)
+        if model is None:
+            model = build_model_to_train(WARMUP_CLASSES, CHANNELS, (side, side), trial, side, pretrained=False)
+        else:
+            model = model.rebuild(image_size=side, num_classes=WARMUP_CLASSES)
         plan, _ = compile_for_fit(model, trial, steps_per_epoch=10_000, dist=dist)
     batch = config.batch_size // plan.accumulation
     data = RepeatedBatch(batch, side, model.get_config()["channels"], steps=10_000, seed=config.seed)

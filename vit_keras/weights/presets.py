@@ -268,4 +268,6 @@ def preset_arguments(name, weights, arguments):
     own_head = filled.get("include_top", True) and filled["num_classes"] == preset.num_classes
     if own_head and preset.representation_size and filled.get("representation_size") is None:
         filled["representation_size"] = preset.representation_size
+    if own_head and preset.labels and filled.get("class_names") is None:
+        filled["class_names"] = shipped_labels(preset.labels)
     return preset.model, preset.name, filled
