@@ -26,7 +26,6 @@ from .images import load_image
 from .model_info import read_model_info
 
 
-
 @dataclass
 class Prediction:
     path: str
@@ -35,6 +34,17 @@ class Prediction:
     total_ms: float
     image: Image.Image  # the decoded image, before resizing to the model
     attention: np.ndarray | None = None  # (grid_h, grid_w) in [0, 1] when the model exports attention
+
+
+def fit_image(image, width, height, channels):
+    """An 8-bit 'RGB'/'L' PIL image as a model's input pixels: uint8 (height, width, channels), converted to the
+    channel count and resized (bilinear). The .tflite and the .keras paths of `vit-keras classify` share it."""
+    mode = "L" if channels == 1 else "RGB"
+    if image.mode != mode:
+        image = image.convert(mode)
+    if image.size != (width, height):
+        image = image.resize((width, height), Image.BILINEAR, reducing_gap=3.0)
+    return np.asarray(image, dtype=np.uint8).reshape(height, width, channels)
 
 
 def _softmax(x):
@@ -168,12 +178,7 @@ class Classifier:
     # ----- inference ----------------------------------------------------------------------------------
     def preprocess(self, image):
         """8-bit 'RGB'/'L' PIL image -> the (1, H, W, C) input tensor."""
-        mode = "L" if self.channels == 1 else "RGB"
-        if image.mode != mode:
-            image = image.convert(mode)
-        if image.size != (self.width, self.height):
-            image = image.resize((self.width, self.height), Image.BILINEAR, reducing_gap=3.0)
-        pixels = np.asarray(image, dtype=np.uint8).reshape(1, self.height, self.width, self.channels)
+        pixels = fit_image(image, self.width, self.height, self.channels)[None]
         if self.input_dtype == np.uint8:
             return pixels  # raw pixels, as MediaPipe / Android feed a uint8 model
         normalized = (pixels.astype(np.float32) - self.mean) / self.std

@@ -5,6 +5,8 @@ import contextlib
 import importlib
 import sys
 
+from vit_keras import __version__
+
 from .allocator import reexec_with_tcmalloc
 from .quiet import runtime_logs_hidden
 
@@ -37,7 +39,10 @@ def build_parser():
                                 "hidden by default; errors show either way")
     parser = argparse.ArgumentParser(prog="vit-keras", description="Vision Transformers for Keras 3.",
                                      parents=[verbosity])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"vit-keras {__version__}",
+                        help="print vit-keras's version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                help="what to do; `vit-keras COMMAND --help` lists its options")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"vit_keras.apps.commands.{module_name}")
         command = sub.add_parser(name, help=module.HELP, description=module.HELP, parents=[verbosity])

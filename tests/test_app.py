@@ -427,3 +427,127 @@ def test_browser_site_draws_the_device_attention(attention_file, models, test_im
     for result, cli in zip(results, document["results"]):
         assert result["labels"][0] == cli["top"][0]["label"] and len(result["labels"]) == 5
         np.testing.assert_allclose(result["attention"], cli["attention"], atol=0.02)
+
+
+# ---- classify a .keras model; --output ----------------------------------------------------------------------
+
+TINY_KERAS = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=2, num_classes=3)
+TINY_CLASSES = ["cat", "dog", "fox"]
+
+
+def tiny_keras_model(path, **options):
+    """A tiny untrained RGB ViT, its head scaled so the images get distinct scores, saved at ``path``."""
+    import keras
+
+    import vit_keras
+
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model("vit_ti16", **{**TINY_KERAS, **options})
+    model.head.kernel.assign(np.random.default_rng(1).normal(0, 2.0, model.head.kernel.shape))
+    model.save(path)
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_photos(tmp_path_factory):
+    """A folder of three 32x32 RGB PNGs and one broken file: (folder, the PNGs' paths, their uint8 pixels)."""
+    folder = tmp_path_factory.mktemp("photos")
+    pixels = np.random.default_rng(2).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    paths = [folder / f"{i}.png" for i in range(3)]
+    for path, image in zip(paths, pixels):
+        Image.fromarray(image, "RGB").save(path)
+    (folder / "3_broken.png").write_bytes(b"not a png")
+    return folder, paths, pixels
+
+
+def read_csv(path):
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def test_classify_a_keras_model_to_csv_and_json(tmp_path, tiny_photos, capsys):
+    """A .keras model classifies a folder as vit_keras.predict does on the same pixels; --output writes the rows
+    as CSV (best first, an error column for the broken file) and the --json document as JSON."""
+    import vit_keras
+
+    folder, paths, pixels = tiny_photos
+    model = tiny_keras_model(tmp_path / "model.keras", class_names=TINY_CLASSES)
+    expected = vit_keras.predict(model, pixels.astype("float32"), top_k=3)
+    code = main(["classify", str(tmp_path / "model.keras"), str(folder), "--top-k", "3",
+                 "--output", str(tmp_path / "x.csv")])
+    captured = capsys.readouterr()
+    assert code == 1  # the broken file; the others still classified
+    assert "3_broken.png: error:" in captured.err and f"results: {tmp_path / 'x.csv'}" in captured.out
+    header, *rows = read_csv(tmp_path / "x.csv")
+    assert header == ["path", "label_1", "score_1", "label_2", "score_2", "label_3", "score_3", "error"]
+    assert [row[0] for row in rows] == [*map(str, paths), str(folder / "3_broken.png")]
+    for row, labels, scores in zip(rows, expected.labels, expected.scores):
+        assert row[1:6:2] == list(labels) and sorted(row[1:6:2]) == TINY_CLASSES and row[-1] == ""
+        shown = np.array(row[2:7:2], float)
+        assert np.all(np.diff(shown) <= 0) and shown.sum() <= 1 + 1e-5
+        np.testing.assert_allclose(shown, scores, atol=2e-6)
+    assert rows[-1][1:7] == [""] * 6 and "not an image file" in rows[-1][-1]
+
+    code = main(["classify", str(tmp_path / "model.keras"), *map(str, paths), "--top-k", "2", "--json",
+                 "--output", str(tmp_path / "x.json")])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0 and json.loads((tmp_path / "x.json").read_text()) == printed
+    assert printed["input"] == {"height": 32, "width": 32, "channels": 3, "dtype": "float32"}
+    assert "its batch's time divided by the batch's images" in printed["timing"]
+    for result, labels, scores in zip(printed["results"], expected.labels, expected.scores):
+        assert [entry["label"] for entry in result["top"]] == list(labels[:2])
+        np.testing.assert_allclose([entry["score"] for entry in result["top"]], scores[:2], atol=1e-6)
+        assert result["inference_ms"] > 0 and result["total_ms"] >= result["inference_ms"]
+
+
+def test_classify_a_keras_model_that_takes_normalized_pixels(tmp_path, tiny_photos, capsys):
+    """include_preprocessing=False: classify normalizes the pixels as the model was built to take them; a model
+    without class names gets labels.txt beside it."""
+    import vit_keras
+    from vit_keras.models.normalization import normalize
+
+    _, paths, pixels = tiny_photos
+    model = tiny_keras_model(tmp_path / "model.keras", include_preprocessing=False, pixel_mean="imagenet")
+    (tmp_path / "labels.txt").write_text("\n".join(TINY_CLASSES) + "\n")
+    expected = vit_keras.predict(model, normalize(pixels, model.vit_config), top_k=3)
+    code = main(["classify", str(tmp_path / "model.keras"), *map(str, paths), "--top-k", "5", "--output",
+                 str(tmp_path / "x.csv")])
+    assert code == 0
+    header, *rows = read_csv(tmp_path / "x.csv")
+    assert len(header) == 1 + 2 * 3 + 1  # --top-k 5 of 3 classes: 3
+    for row, indices, scores in zip(rows, expected.indices, expected.scores):
+        assert row[1:6:2] == [TINY_CLASSES[i] for i in indices]
+        np.testing.assert_allclose(np.array(row[2:7:2], float), scores, atol=2e-6)
+    out = capsys.readouterr().out
+    assert all(f"{path}  [" in out and " ms model, " in out for path in paths)
+
+
+def test_classify_tflite_to_csv_agrees_with_keras(tmp_path, tiny_photos, capsys):
+    from vit_keras.convert.export import export_tflite
+
+    _, paths, _ = tiny_photos
+    model = tiny_keras_model(tmp_path / "model.keras", class_names=TINY_CLASSES)
+    export_tflite(model, tmp_path / "model.tflite", quantize="float32", labels=TINY_CLASSES)
+    for name in ("model.keras", "model.tflite"):
+        assert main(["classify", str(tmp_path / name), *map(str, paths), "--top-k", "3", "--output",
+                     str(tmp_path / f"{name}.csv")]) == 0
+    keras_rows, tflite_rows = (read_csv(tmp_path / f"{name}.csv") for name in ("model.keras", "model.tflite"))
+    assert keras_rows[0] == tflite_rows[0]
+    for keras_row, tflite_row in zip(keras_rows[1:], tflite_rows[1:]):
+        assert keras_row[:2] == tflite_row[:2]  # path, top-1 label
+        np.testing.assert_allclose(np.array(keras_row[2:7:2], float), np.array(tflite_row[2:7:2], float), atol=1e-4)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--output", "results.txt"], "--output must name a .csv or a .json file; got 'results.txt'"),
+    (["--output", "results"], "--output must name a .csv or a .json file"),
+    (["--threads", "2"], "--threads and --runtime set LiteRT's options: a .keras model takes neither"),
+])
+def test_classify_refuses_bad_options_before_loading_the_model(tmp_path, tiny_photos, capsys, args, message):
+    (tmp_path / "model.keras").write_bytes(b"never loaded")
+    model = tmp_path / ("model.keras" if "--threads" in args else "model.tflite")
+    assert main(["classify", str(model), str(tiny_photos[0]), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "results.txt").exists()

@@ -14,7 +14,40 @@ BACKEND_STRATEGIES = {
     "torch": ("auto", "default"),  # one device: Keras's torch trainer has no distribution
 }
 STRATEGIES = tuple(dict.fromkeys(name for names in BACKEND_STRATEGIES.values() for name in names))  # all of them
-RECIPES = ("quick", "long", "finetune")  # the hyper-parameter tables are in vit_keras.training.config
+BASE_BATCH_SIZE = 512  # the linear scaling rule: a recipe's peak LR = base_lr * batch size / 512
+
+# Both recipes train one design: a hybrid ViT whose conv stem (3x3 stride-2 convs, Xiao et al. 2021) feeds a
+# 4x4 grid of tokens (28x28 images at 32, patch 8) to 4 blocks of width 96, GAP pooling (no class token), tanh
+# GELU. Quick: 20 epochs. Long: 90 epochs with random erasing, which keeps the longer schedule from overfitting.
+# The values won trials on Fashion-MNIST: docs/benchmarks.md#why-the-recipes-values, docs/benchmarks.md#the-token-count and
+# docs/benchmarks.md#random-erasing.
+# Small data: the schedule has a floor of `min_steps` optimizer steps (20 epochs over 1,000 images would be 140),
+# the many passes over each image that it makes use random-resized crops, not flips alone, and random erasing
+# (`small_data_erase`, in full from `erase_passes` passes over the images, less below), and the ViT learns from
+# a small CNN's labels too, the CNN trained first for `teacher_steps` (vit_keras.training.distill;
+# docs/benchmarks.md#small-data-against-a-cnn).
+RECIPE_MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pooling="gap", class_token=False,
+             gelu_approximate=True, stem="conv")
+RECIPE_TABLES = {
+    "quick": dict(model=RECIPE_MODEL, grid=(4, 4), epochs=20, min_steps=3000, batch_size=128, base_lr=1.6e-2,
+                  optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0,
+                  augment="flip", small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0,
+                  small_data_erase=0.25, erase_passes=200, teacher_steps=800),
+    "long": dict(model=RECIPE_MODEL, grid=(4, 4), epochs=90, min_steps=8000, batch_size=128, base_lr=1.6e-2,
+                 optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0,
+                 augment="flip", small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5,
+                 small_data_erase=0.5, erase_passes=200, teacher_steps=2000),
+    # Pretrained weights (a preset, a checkpoint, a .keras model): the model is theirs. The paper's fine-tuning
+    # (Appendix B.1.1: SGD with momentum 0.9, no weight decay, clipping at global norm 1, cosine decay after a
+    # warm-up; the zero head is the loader's), at peak LR 0.02 for batch 64, on random-resized crops and flips; 3
+    # epochs with a floor of 300 steps. SGD beat AdamW at its best LR, and crops beat flips alone, in the trials of
+    # docs/benchmarks.md, "Fine-tuning a pretrained ViT".
+    "finetune": dict(model=None, grid=None, epochs=3, min_steps=300, batch_size=64, base_lr=0.16,
+                     optimizer="sgd", weight_decay=0.0, warmup_epochs=0.5, label_smoothing=0.0, drop_path=0.0,
+                     augment="crop", small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0,
+                     erase=0.0, small_data_erase=0.0, erase_passes=200, teacher_steps=800),
+}
+RECIPES = tuple(RECIPE_TABLES)
 OPTIMIZERS = ("adamw", "sgd")  # AdamW (decoupled weight decay) and SGD with momentum 0.9
 AUGMENTATIONS = ("none", "flip", "crop", "randaugment")
 # A CNN teacher's labels (vit_keras.training.distill): "auto" distills where the recipe's ViT trains on small data.
@@ -28,10 +61,13 @@ MEMORY_BUDGET_FRACTION = 0.25
 # Shards written by `vit-keras prepare` (vit_keras.data.shards): their format version and image encodings.
 SHARD_VERSION = 1
 SHARD_ENCODINGS = ("png", "jpeg")
+IMAGES_PER_SHARD = 1024  # a shard file's records, by default
 
 # Model options
 POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
 POOLINGS = ("token", "gap", "sequence")  # eq. 4's readout: vit_keras.models.readout
+
+BENCH_MODELS = ("vit_ti16", "vit_s16", "vit_b16")  # `vit-keras bench` times these by default
 
 # Export and the device runtimes
 QUANTIZATIONS = ("float32", "float16", "dynamic", "int8")

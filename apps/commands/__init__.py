@@ -10,6 +10,10 @@ import argparse
 from vit_keras.constants import MEMORY_BUDGET_FRACTION, RUNTIMES
 
 
+DATA_DIR_HELP = ("tfds's data_dir, where tfds:NAME data is kept (default: tfds's own: $TFDS_DATA_DIR or "
+                 "~/tensorflow_datasets)")
+
+
 def positive_int(text):
     """argparse type: an int >= 1."""
     value = int(text)
@@ -18,13 +22,14 @@ def positive_int(text):
     return value
 
 
-def add_runtime_arguments(parser):
-    """--threads and --runtime, shared by the commands that run a .tflite on LiteRT."""
-    parser.add_argument("--threads", type=positive_int, default=None,
-                        help="LiteRT CPU threads (default: up to 4, or 1 where the model runs faster on one)")
+def add_runtime_arguments(parser, note=""):
+    """--threads and --runtime, shared by the commands that run a .tflite on LiteRT; ``note`` ends their help."""
+    parser.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                        help="one number: the LiteRT CPU threads each inference uses (default: up to 4, or 1 where "
+                             "the model runs faster on one, timed when the model loads)" + note)
     parser.add_argument("--runtime", choices=RUNTIMES, default="interpreter",
-                        help="LiteRT API: the classic Interpreter (default; measured as fast or faster here) or "
-                             "CompiledModel")
+                        help="LiteRT API: interpreter, the classic Interpreter (default: %(default)s; measured as "
+                             "fast or faster here), or compiled, CompiledModel" + note)
 
 
 def add_input_arguments(parser):

@@ -1,14 +1,21 @@
 """`vit-keras bench`: inference images/s of ViT-Ti/S/B at 224, XLA on and off, against the matmul peak and timm."""
 
+from vit_keras.apps.commands import positive_int
+from vit_keras.constants import BENCH_MODELS as MODELS
+
 HELP = "inference throughput of ViT-Ti/16, S/16, B/16 (XLA on/off), share of the fp32 matmul peak, and timm's, same run"
 
 
 def add_arguments(parser):
-    parser.add_argument("--models", nargs="+", default=["vit_ti16", "vit_s16", "vit_b16"])
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--timm-python", help="an interpreter that has torch and timm (default: this one)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME",
+                        help="plain ViT names to time (default: %s)" % " ".join(MODELS))
+    parser.add_argument("--batch-size", type=positive_int, default=16, help="images a batch (default: %(default)s)")
+    parser.add_argument("--image-size", type=positive_int, default=224,
+                        help="the models' input side in pixels (default: %(default)s)")
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="timed calls of each model and mode; the median counts (default: %(default)s)")
+    parser.add_argument("--timm-python", default=None, metavar="PYTHON",
+                        help="an interpreter that has torch and timm (default: this one)")
 
 
 def run(args):

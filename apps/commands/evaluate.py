@@ -2,26 +2,31 @@
 
 import os
 
-from vit_keras.apps.commands import add_input_arguments
-from vit_keras.constants import SPLITS
+from vit_keras.apps.commands import DATA_DIR_HELP, add_input_arguments
+from vit_keras.constants import SPLITS, VAL_FRACTION
 
 HELP = "Evaluate a trained model (.keras): loss, accuracy, per-class table, optional confusion-matrix PNG."
 
 
 def add_arguments(parser):
     parser.add_argument("model", help="a trained model, e.g. runs/fashion_mnist/model.keras")
-    parser.add_argument("--data", default="fashion_mnist", help="fashion_mnist | tfds:NAME | folder:PATH | shards:PATH")
+    parser.add_argument("--data", default="fashion_mnist",
+                        help="fashion_mnist | tfds:NAME | folder:PATH | shards:PATH (default: %(default)s)")
     add_input_arguments(parser)
     parser.add_argument("--split", choices=SPLITS, default="test",
                         help="split to evaluate: a folder of train/ + test/ folders gives its test/; the folder the "
-                             "model was trained on, its seeded held-out part; any other folder, all of it")
-    parser.add_argument("--confusion", default=None, help="write the confusion matrix as this PNG")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--limit", type=int, default=None,
-                        help="evaluate a seeded, class-balanced sample of N images (it prints how many of each class)")
-    parser.add_argument("--data-dir", default=None, help="tfds data_dir")
+                             "model was trained on, its seeded held-out part; any other folder, all of it "
+                             "(default: %(default)s)")
+    parser.add_argument("--confusion", default=None, metavar="PNG",
+                        help="write the confusion matrix as this PNG (default: none)")
+    parser.add_argument("--batch-size", type=int, default=256, help="images a batch (default: %(default)s)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N",
+                        help="evaluate a seeded, class-balanced sample of N images (it prints how many of each "
+                             "class; default: all of them)")
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     parser.add_argument("--val-fraction", type=float, default=None,
-                        help="a folder's held-out fraction (default: the training run's, from its config.json; else 0.1)")
+                        help="a folder's held-out fraction (default: the training run's, from its config.json; else "
+                             f"{VAL_FRACTION:g})")
     parser.add_argument("--seed", type=int, default=None,
                         help="the folder split's seed (default: the training run's, from its config.json; else 0)")
 
@@ -42,7 +47,7 @@ def run(args):
     model = load_model(args.model)
     trained = data_split(args.model, args.data)
     seed = args.seed if args.seed is not None else trained.get("seed", 0)
-    val_fraction = args.val_fraction if args.val_fraction is not None else trained.get("val_fraction", 0.1)
+    val_fraction = args.val_fraction if args.val_fraction is not None else trained.get("val_fraction", VAL_FRACTION)
     whole = trained.get("whole_folder", False) and args.seed is None and args.val_fraction is None
     (data,), mode, why = load_splits(args.data, [args.split], args.input_mode, limit=args.limit, seed=seed,
                                      data_dir=args.data_dir, val_fraction=val_fraction,

@@ -9,8 +9,10 @@ def add_arguments(parser):
     parser.add_argument("model", help="a saved VisionTransformer (.keras)")
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image file(s); resized to the model's input")
     parser.add_argument("--out", required=True, help="folder for IMAGE_NAME_attention.png")
-    parser.add_argument("--alpha", type=float, default=0.5, help="opacity of the heatmap over the image (0-1)")
-    parser.add_argument("--labels", help="class names, one a line (default: labels.txt beside the model)")
+    parser.add_argument("--alpha", type=float, default=0.5,
+                        help="opacity of the heatmap over the image, 0-1 (default: %(default)s)")
+    parser.add_argument("--labels", default=None, metavar="FILE",
+                        help="class names, one a line (default: labels.txt beside the model, else \"class N\")")
 
 
 def read_labels(model_path, labels_path=None):

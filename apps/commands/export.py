@@ -14,7 +14,8 @@ def add_arguments(parser):
                              "version 12, which tflite-runtime (last release 2.14) and the TFLite Task Library 0.4.4 "
                              "refuse")
     parser.add_argument("--calibration", default=None, metavar="DATA",
-                        help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH")
+                        help="training data spec for int8 calibration: fashion_mnist, tfds:NAME or folder:PATH "
+                             "(default: none; int8 needs it, float modes take none)")
     parser.add_argument("--calibration-size", type=int, default=DEFAULT_CALIBRATION_IMAGES,
                         help="calibration images (default %(default)s)")
     parser.add_argument("--int8-activations", default="auto", metavar="|".join(INT8_ACTIVATIONS),
@@ -30,16 +31,20 @@ def add_arguments(parser):
                         help="static int8: keep in float what makes top-1 agreement with Keras, on a held-out part of "
                              "the calibration images (5 / (1 - FRACTION) of them), at least this, in the smallest "
                              "file (e.g. 0.995, with --calibration-size 1300); prints the rows tried")
-    parser.add_argument("--out", default="model.tflite", help="output .tflite (written atomically)")
+    parser.add_argument("--out", default="model.tflite",
+                        help="output .tflite, written atomically (default: %(default)s)")
     parser.add_argument("--labels", default=None, metavar="FILE", help="class names, one a line (default: beside MODEL)")
-    parser.add_argument("--dynamic-batch", action="store_true", help="a dynamic batch dimension instead of batch 1")
+    parser.add_argument("--dynamic-batch", action="store_true",
+                        help="a dynamic batch dimension instead of batch 1 (the default)")
     parser.add_argument("--attention-output", action="store_true",
                         help="a second output: the attention rollout over the patch grid, (1, grid_h, grid_w), "
                              "which classify, serve and export-web draw over the image")
-    parser.add_argument("--name", default=None, help="model name in the metadata")
-    parser.add_argument("--description", default=None, help="model description in the metadata")
-    parser.add_argument("--version", default="1", help="model version in the metadata")
-    parser.add_argument("--license", default="Apache-2.0", help="license in the metadata")
+    parser.add_argument("--name", default=None, help="model name in the metadata (default: the Keras model's name)")
+    parser.add_argument("--description", default=None,
+                        help="model description in the metadata (default: one made from its shape, mode and class "
+                             "count)")
+    parser.add_argument("--version", default="1", help="model version in the metadata (default: %(default)s)")
+    parser.add_argument("--license", default="Apache-2.0", help="license in the metadata (default: %(default)s)")
 
 
 def run(args):

@@ -19,7 +19,8 @@ def add_arguments(parser):
     parser.add_argument("--images", nargs="*", default=None, metavar="IMAGE",
                         help="image files for the attention distance (default: --data)")
     parser.add_argument("--data", default="fashion_mnist",
-                        help="dataset spec for sample images: fashion_mnist | tfds:NAME | folder:PATH")
+                        help="dataset spec for sample images: fashion_mnist | tfds:NAME | folder:PATH "
+                             "(default: %(default)s)")
     parser.add_argument("--limit", type=int, default=256, help="how many sample images (default 256)")
     parser.add_argument("--components", type=int, default=28, help="principal components to draw (default 28)")
 

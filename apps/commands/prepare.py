@@ -2,7 +2,7 @@
 
 HELP = "Decode and resize a folder of images once into TFRecord shards that `train --data shards:DIR` streams."
 
-from vit_keras.constants import SHARD_ENCODINGS
+from vit_keras.constants import IMAGES_PER_SHARD, SHARD_ENCODINGS, VAL_FRACTION
 
 
 def add_arguments(parser):
@@ -12,15 +12,19 @@ def add_arguments(parser):
     parser.add_argument("--image-size", type=int, required=True,
                         help="the side the images are resized to: the input size of the model that trains on them")
     parser.add_argument("--encoding", choices=SHARD_ENCODINGS, default="png",
-                        help="png (default): exactly the pixels training decodes from the folder; jpeg: smaller, lossy")
-    parser.add_argument("--images-per-shard", type=int, default=None, help="images in each shard file (default 1024)")
-    parser.add_argument("--val-fraction", type=float, default=0.1,
-                        help="the held-out fraction of a folder without val/ or test/ folders (as `train` holds out)")
-    parser.add_argument("--seed", type=int, default=0, help="the held-out part's seed, and the images' order")
+                        help="png: exactly the pixels training decodes from the folder; jpeg: smaller, lossy "
+                             "(default: %(default)s)")
+    parser.add_argument("--images-per-shard", type=int, default=None, metavar="N",
+                        help=f"images in each shard file (default: {IMAGES_PER_SHARD})")
+    parser.add_argument("--val-fraction", type=float, default=VAL_FRACTION,
+                        help="the held-out fraction of a folder without val/ or test/ folders, as `train` holds out "
+                             "(default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the held-out part's seed, and the images' order (default: %(default)s)")
 
 
 def run(args):
-    from vit_keras.data.prepare import IMAGES_PER_SHARD, prepare
+    from vit_keras.data.prepare import prepare
 
     manifest = prepare(args.data, args.out, args.image_size, seed=args.seed, val_fraction=args.val_fraction,
                        encoding=args.encoding, images_per_shard=args.images_per_shard or IMAGES_PER_SHARD)

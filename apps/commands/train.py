@@ -9,14 +9,36 @@ import os
 
 HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same command resumes an interrupted run."
 
-from vit_keras.apps.commands import add_input_arguments
+from vit_keras.apps.commands import DATA_DIR_HELP, add_input_arguments
 from vit_keras.constants import (ACTIVATION_BUDGET, AUGMENTATIONS, BACKUP_MINUTES, BACKEND_STRATEGIES, BOUNDS,
                                  DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS,
-                                 POOLINGS, PRECISIONS, QUANTIZATIONS, RECIPES, STEPS_PER_EXECUTION, STRATEGIES,
-                                 VAL_FRACTION)
+                                 POOLINGS, PRECISIONS, QUANTIZATIONS, RECIPE_MODEL, RECIPE_TABLES, RECIPES,
+                                 STEPS_PER_EXECUTION, STRATEGIES, VAL_FRACTION, BASE_BATCH_SIZE)
 
 FLAGS = {"learning_rate": "lr"}  # a TrainConfig setting -> its flag, where the names differ
 OVERRIDES = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")  # positive ints
+
+
+def shown(value):
+    """A recipe value as the help states it: 0.05, 20, adamw; a crop scale's (min, max) as its min."""
+    if isinstance(value, tuple):
+        value = value[0]
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def recipe_values(setting, value=None):
+    """The recipes' values of ``setting`` in words, e.g. "20 quick, 90 long, 3 finetune", or "0.5 in each";
+    ``value(recipe)`` computes them instead (default: the setting's value)."""
+    values = [shown(value(RECIPE_TABLES[recipe]) if value else RECIPE_TABLES[recipe][setting])
+              for recipe in RECIPES]
+    if len(set(values)) == 1:
+        return f"{values[0]} in each"
+    return ", ".join(f"{text} {recipe}" for text, recipe in zip(values, RECIPES))
+
+
+def recipe_default(setting):
+    """"default: the recipe's: 20 quick, 90 long, 3 finetune" for ``setting``."""
+    return f"default: the recipe's: {recipe_values(setting)}"
 
 
 def add_arguments(parser):
@@ -30,65 +52,97 @@ def add_arguments(parser):
     parser.add_argument("--image-size", type=int, default=None,
                         help="input size (default: from the data; when fine-tuning, the largest the machine trains "
                              "fast, printed with why)")
-    parser.add_argument("--patch-size", type=int, default=None, help="override the model's patch size")
-    parser.add_argument("--hidden-size", type=int, default=None, help="override the model's width")
-    parser.add_argument("--num-layers", type=int, default=None, help="override the model's depth")
-    parser.add_argument("--num-heads", type=int, default=None, help="override the model's head count")
-    parser.add_argument("--mlp-dim", type=int, default=None, help="override the model's MLP width")
+    parser.add_argument("--patch-size", type=int, default=None, help="override the model's patch size (default: "
+                                                                     "the model's own)")
+    parser.add_argument("--hidden-size", type=int, default=None, help="override the model's width (default: the "
+                                                                      "model's own)")
+    parser.add_argument("--num-layers", type=int, default=None, help="override the model's depth (default: the "
+                                                                     "model's own)")
+    parser.add_argument("--num-heads", type=int, default=None, help="override the model's head count (default: the "
+                                                                    "model's own)")
+    parser.add_argument("--mlp-dim", type=int, default=None, help="override the model's MLP width (default: the "
+                                                                  "model's own)")
     parser.add_argument("--pooling", choices=POOLINGS, default=None,
-                        help="eq. 4's readout: class token, GAP, or CCT's sequence pooling (default: the recipe's)")
+                        help="eq. 4's readout: class token, GAP, or CCT's sequence pooling (default: the model's own: "
+                             f"{RECIPE_MODEL['pooling']} for the recipes' small ViT)")
     parser.add_argument("--locality-attention", action="store_true",
                         help="Locality Self-Attention in every block (diagonal masked, learned temperature)")
     parser.add_argument("--recipe", choices=RECIPES, default=None,
                         help="hyper-parameter defaults: quick, long (from scratch) or finetune (pretrained weights; "
                              "it also picks the image size for the machine). Default: finetune with --weights, "
                              "else quick; the run prints which and why")
-    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--epochs", type=int, default=None,
+                        help=f"passes over the training data ({recipe_default('epochs')})")
     parser.add_argument("--min-steps", type=int, default=None, metavar="N",
                         help="the fewest optimizer steps: on small data each epoch repeats the images until the run "
-                             "has N steps (default: the recipe's floor when --epochs is unset, else 0)")
-    parser.add_argument("--batch-size", type=int, default=None, help="global batch size (split over replicas)")
+                             "has N steps (default: the recipe's floor when --epochs is unset: "
+                             f"{recipe_values('min_steps')}; else 0)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"global batch size, split over replicas ({recipe_default('batch_size')})")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                        help="adamw or sgd (momentum 0.9, the paper's fine-tuning); default: the recipe's")
+                        help="adamw, or sgd: SGD with momentum 0.9, the paper's fine-tuning "
+                             f"({recipe_default('optimizer')})")
     parser.add_argument("--lr", type=float, default=None,
-                        help="peak learning rate (default: the recipe's base LR * batch_size / 512)")
-    parser.add_argument("--weight-decay", type=float, default=None)
-    parser.add_argument("--label-smoothing", type=float, default=None)
-    parser.add_argument("--drop-path", type=float, default=None)
-    parser.add_argument("--warmup-epochs", type=float, default=None)
+                        help=f"peak learning rate (default: the recipe's base LR * batch size / {BASE_BATCH_SIZE}, "
+                             "which at the recipe's own batch size is "
+                             + recipe_values("lr", lambda r: r["base_lr"] * r["batch_size"] / BASE_BATCH_SIZE) + ")")
+    parser.add_argument("--weight-decay", type=float, default=None,
+                        help=f"decoupled weight decay ({recipe_default('weight_decay')})")
+    parser.add_argument("--label-smoothing", type=float, default=None,
+                        help=f"label smoothing of the loss, 0-1 ({recipe_default('label_smoothing')})")
+    parser.add_argument("--drop-path", type=float, default=None,
+                        help="stochastic depth: the drop-path rate of the last block, rising linearly from 0 at the "
+                             f"first ({recipe_default('drop_path')}; a .keras model given to --weights keeps its "
+                             "own)")
+    parser.add_argument("--warmup-epochs", type=float, default=None,
+                        help="epochs of linear learning-rate warm-up before the cosine decay "
+                             f"({recipe_default('warmup_epochs')})")
     parser.add_argument("--augment", choices=AUGMENTATIONS, default=None,
-                        help="augmentation (default: the recipe's flips, turned off where a nearest-neighbour check of "
-                             "the training data finds that flips change labels, as on digits or text)")
+                        help=f"augmentation ({recipe_default('augment')}; on small data, where the step floor "
+                             f"repeats the images, {recipe_values('small_data_augment')}; flips are turned off where "
+                             "a nearest-neighbour check of the training data finds that they change labels, as on "
+                             "digits or text)")
     parser.add_argument("--crop-scale", type=float, default=None, metavar="MIN",
-                        help="smallest area fraction kept by --augment crop / randaugment (0 < MIN <= 1)")
-    parser.add_argument("--mixup", type=float, default=None, help="MixUp alpha (0: off)")
-    parser.add_argument("--cutmix", type=float, default=None, help="CutMix factor (0: off)")
+                        help="smallest area fraction kept by --augment crop / randaugment, 0 < MIN <= 1 "
+                             f"({recipe_default('crop_scale')})")
+    parser.add_argument("--mixup", type=float, default=None, help=f"MixUp alpha, 0: off ({recipe_default('mixup')})")
+    parser.add_argument("--cutmix", type=float, default=None,
+                        help=f"CutMix factor, 0: off ({recipe_default('cutmix')})")
     parser.add_argument("--erase", type=float, default=None, metavar="P",
                         help="random erasing: the probability that a training image has a rectangle replaced by noise "
-                             "(default: the recipe's)")
+                             f"({recipe_default('erase')}; on small data up to {recipe_values('small_data_erase')}, "
+                             "by the passes the run makes over them)")
     parser.add_argument("--distill", choices=DISTILLATIONS, default="auto",
                         help="learn from a small CNN's labels too, the CNN trained first (DeiT's hard distillation); "
                              "auto (default): where the recipe's ViT trains on small data")
     parser.add_argument("--teacher-steps", type=int, default=None, metavar="N",
-                        help="the CNN teacher's training steps (default: the recipe's)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="float32")
+                        help=f"the CNN teacher's training steps ({recipe_default('teacher_steps')})")
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
+                        help="float32, or Keras mixed precision: float16 or bfloat16 compute with float32 weights "
+                             "(default: %(default)s)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="auto",
                         help="devices: " + "; ".join(f"KERAS_BACKEND={backend}: {', '.join(names)}"
-                                                     for backend, names in BACKEND_STRATEGIES.items()))
+                                                     for backend, names in BACKEND_STRATEGIES.items())
+                             + " (default: %(default)s: a TPU, or every GPU where there are several, else one "
+                               "device)")
     parser.add_argument("--weights", default=None,
                         help="start from these weights: a preset (`vit-keras presets` lists them; it brings its "
                              "model), a .keras model (fine-tune; new head if the classes differ) or a checkpoint "
                              "that `create_model(weights=...)` reads")
-    parser.add_argument("--data-dir", default=None, help="tfds data_dir")
-    parser.add_argument("--val-fraction", type=float, default=VAL_FRACTION, help="held-out fraction of a folder dataset")
-    parser.add_argument("--limit", type=int, default=None,
+    parser.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    parser.add_argument("--val-fraction", type=float, default=VAL_FRACTION,
+                        help="held-out fraction of a folder dataset without val/ or test/ folders "
+                             "(default: %(default)s)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N",
                         help="use a seeded, class-balanced sample of N examples of each split (it prints how many "
-                             "of each class)")
-    parser.add_argument("--seed", type=int, default=0)
+                             "of each class; default: all of them)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the run's random seed: the weights' initialization, a folder's held-out split, "
+                             "--limit's sample, the data order and augmentation (default: %(default)s)")
     parser.add_argument("--backup-every", type=backup_interval, default="auto", metavar="N|Mmin|epoch",
                         help="besides each epoch's end, back up for resumption every N steps, every M minutes of "
-                             f"training ('5min'), or only at epoch ends ('epoch'); default: every "
-                             f"{BACKUP_MINUTES:g} minutes")
+                             f"training ('5min'), or only at epoch ends ('epoch') (default: %(default)s, every "
+                             f"{BACKUP_MINUTES:g} minutes)")
     parser.add_argument("--accumulate", type=int, default=None, metavar="N",
                         help="compute each batch as N accumulated steps of batch/N images (the same update, 1/N "
                              "of the memory); default: the fewest whose activations stay within "

@@ -9,15 +9,20 @@ def add_arguments(parser):
     parser.add_argument("--against", required=True, metavar="MODEL.keras", help="the Keras model they came from")
     parser.add_argument("--data", required=True,
                         help="test data spec: fashion_mnist, tfds:NAME, folder:PATH or shards:PATH")
-    parser.add_argument("--split", default="test", help="data split (default test)")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="a seeded, class-balanced sample of N test images (it prints how many of each class)")
-    parser.add_argument("--runs", type=int, default=50, help="timed runs per latency figure (median; default 50)")
-    parser.add_argument("--threads", default="1,2", help="thread counts to time (default 1,2)")
+    parser.add_argument("--split", default="test", help="data split (default: %(default)s)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N",
+                        help="a seeded, class-balanced sample of N test images (it prints how many of each class; "
+                             "default: all of them, or with --per-layer the first %d)" % PER_LAYER_IMAGES)
+    parser.add_argument("--runs", type=int, default=50,
+                        help="timed runs per latency figure, their median shown (default: %(default)s)")
+    parser.add_argument("--threads", default="1,2", metavar="N[,N...]",
+                        help="a list: the LiteRT thread counts to time, comma-separated, one latency column each "
+                             "(default: %(default)s)")
     parser.add_argument("--per-layer", action="store_true",
                         help="instead of the table: each quantized tensor's int8 error against the same graph in "
                              "float, worst first (on the first --limit images; default %d)" % PER_LAYER_IMAGES)
-    parser.add_argument("--top", type=int, default=None, help="with --per-layer: show the worst N tensors only")
+    parser.add_argument("--top", type=int, default=None, metavar="N",
+                        help="with --per-layer: show the worst N tensors only (default: all)")
 
 
 def run(args):

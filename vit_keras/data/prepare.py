@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from vit_keras.constants import SHARD_VERSION
+from vit_keras.constants import IMAGES_PER_SHARD, SHARD_VERSION
 from vit_keras.data import datasets
 from vit_keras.data.records import encode_example
 from vit_keras.data.sampling import balanced_order
@@ -22,7 +22,6 @@ from vit_keras.data.sources import header_channels
 from vit_keras.files import atomic_path, write_text
 from vit_keras.validation import pair
 
-IMAGES_PER_SHARD = 1024
 JPEG_QUALITY = 95
 PNG_COMPRESSION = 3  # zlib level: smaller files than 1, far faster to write than the default 6
 

@@ -15,11 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+from vit_keras.constants import BENCH_MODELS
 from vit_keras.factory import create_model
 from vit_keras.inference.predict import predict_function
 from vit_keras.models.configs import MODELS, VARIANTS
 
-DEFAULT_MODELS = ("vit_ti16", "vit_s16", "vit_b16")
+DEFAULT_MODELS = BENCH_MODELS
 TIMM_NAMES = {"vit_ti16": "vit_tiny_patch16_224", "vit_s16": "vit_small_patch16_224",
               "vit_b16": "vit_base_patch16_224", "vit_s32": "vit_small_patch32_224",
               "vit_b32": "vit_base_patch32_224"}
