@@ -33,7 +33,8 @@ FLATBUFFER_LIMIT = 2**31 - 2**26  # 2 GiB, less room for the graph and metadata 
 
 def read_labels_file(path):
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"`labels` file {path!r} does not exist; pass --labels FILE (one class name a line).")
+        raise FileNotFoundError(f"`labels` file {path!r} does not exist and the model names no classes; pass --labels "
+                                "FILE (one class name a line).")
     with open(path, encoding="utf-8") as f:
         return [line.strip() for line in f if line.strip()]
 
@@ -138,7 +139,7 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
                   attention_output=False, ranges=None, int8_activations="auto", **metadata_fields):
     """Export ``model`` (a .keras path or a VisionTransformer) to ``out``; returns a summary dict.
 
-    labels: a list, a file path, or None for labels.txt beside the .keras file.
+    labels: a list, a file path, or None: the model's own ``class_names``, else labels.txt beside the .keras file.
     calibration: a data spec or uint8 images (N, H, W, C); required for int8.
     int8_activations: "dynamic": int8 weights, each dense layer's input rounded to int8 a token at a time as it
       runs (``dynamic_int8``; TFLite 2.17+); "static": full integer, one scale a tensor fixed at calibration
@@ -156,14 +157,16 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     check_export_options(quantize, metadata_fields, calibration_size, float_ops, min_agreement, attention_output,
                          ranges, int8_activations)
     out = check_output_path(out)
+    beside = None
     if isinstance(model, (str, os.PathLike)):
-        if labels is None:
-            labels = os.path.join(os.path.dirname(os.path.abspath(model)), "labels.txt")
+        beside = os.path.join(os.path.dirname(os.path.abspath(model)), "labels.txt")
         model = load_vit(model)
     else:
         check_vit(model)
     if labels is None:
-        raise ValueError("`labels` is required when exporting an in-memory model.")
+        labels = model.class_names or beside
+    if labels is None:
+        raise ValueError("`labels` is required when exporting an in-memory model whose `class_names` are unset.")
     if isinstance(labels, (str, os.PathLike)):
         labels = read_labels_file(os.fspath(labels))
     weight_bytes = model.count_params() * BYTES_PER_WEIGHT[quantize]

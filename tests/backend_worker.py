@@ -80,10 +80,12 @@ def main():
     with np.load(os.path.join(FIXTURES, "expected.npz")) as expected:
         seeds = {case: int(expected[f"{case}/image_seed"]) for case in CASES}
     for case, (name, config, file_name, size) in CASES.items():
-        model = vit_keras.create_model(name, weights=checkpoint_path(case, file_name, args.out_dir), **config)
+        model = vit_keras.create_model(name, weights=checkpoint_path(case, file_name, args.out_dir),
+                                       include_preprocessing=False, **config)  # fed normalized images
         results[f"logits/{case}"] = numpy(model(wc.images(size, seeds[case])))
     name, config, file_name, size = CASES["google_augreg"]
-    model = vit_keras.create_model(name, weights=os.path.join(FIXTURES, file_name), **config)
+    model = vit_keras.create_model(name, weights=os.path.join(FIXTURES, file_name), include_preprocessing=False,
+                                   **config)
     images = wc.images(size, 1)
     maps = model.attention_maps(images)
     results.update({f"attention/{i}": numpy(m) for i, m in enumerate(maps)})

@@ -9,7 +9,8 @@ from vit_keras.training import train
 from vit_keras.inference.predict import split_sizes
 from vit_keras.training.microbatch import _reseed, enable_micro_batches
 
-TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, num_classes=5)
+TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1, num_classes=5,
+            include_preprocessing=False)  # fed normalized (standard normal) images
 
 
 def data(n=14, seed=0):

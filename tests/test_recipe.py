@@ -204,3 +204,27 @@ def test_the_same_code_under_jax(folder):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == dict(kind="ArrayBatches", epochs=2, names=CLASSES)
+
+
+def test_flips_that_change_labels_are_turned_off(capsys):
+    """Left-bright images are class 0, right-bright class 1: flips swap the classes, so the recipe drops them, as
+    the CLI's flip rule does."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 40, (64, 16, 16, 3), dtype=np.uint8)
+    labels = np.arange(64) % 2
+    for image, label in zip(images, labels):
+        image[:, slice(0, 8) if label == 0 else slice(8, 16)] += 200
+    recipe = vit_keras.finetune_recipe(tiny_model(), (images, labels), image_size=32, batch_size=16)
+    assert not recipe.augmentation.flips and "flips off" in capsys.readouterr().out
+    turned = np.ascontiguousarray(np.swapaxes(images, 1, 2))  # top-bright and bottom-bright: flips keep the labels
+    assert vit_keras.finetune_recipe(tiny_model(), (turned, labels), image_size=32, batch_size=16).augmentation.flips
+
+
+def test_export_reads_the_models_class_names(tmp_path):
+    from vit_keras.apps.classifier import Classifier
+    from vit_keras.convert.export import export_tflite
+
+    model = tiny_model(class_names=CLASSES)
+    model.save(tmp_path / "m.keras")
+    export_tflite(str(tmp_path / "m.keras"), str(tmp_path / "m.tflite"))  # no labels.txt beside it
+    assert Classifier(str(tmp_path / "m.tflite")).info.labels == CLASSES

@@ -45,7 +45,8 @@ def check_logits(model, case, size):
 
 
 def build(name="vit_b16", **kwargs):
-    return vit_keras.create_model(name, **kwargs)
+    """A model fed normalized images, as the reference implementations are."""
+    return vit_keras.create_model(name, **{"include_preprocessing": False, **kwargs})
 
 
 AUGREG = dict(image_size=64, patch_size=16, hidden_size=48, num_heads=3, mlp_dim=96, num_layers=3, num_classes=7)

@@ -5,7 +5,8 @@ from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, INT8_ACTIVATIONS, IN
 
 
 def add_arguments(parser):
-    parser.add_argument("model", help="the .keras file of a trained run (labels.txt is read from beside it)")
+    parser.add_argument("model", help="a .keras model: a training run's, or one saved from Python (its class names "
+                                      "are the labels; a model without them reads labels.txt from beside it)")
     parser.add_argument("--quantize", default="int8", metavar="|".join(QUANTIZATIONS),
                         help="float32, float16, dynamic (range), or int8 (uint8 input, int8 weights; default). "
                              "float32, float16 and static int8 (--int8-activations) run on TFLite 2.9 and newer "
@@ -33,7 +34,9 @@ def add_arguments(parser):
                              "file (e.g. 0.995, with --calibration-size 1300); prints the rows tried")
     parser.add_argument("--out", default="model.tflite",
                         help="output .tflite, written atomically (default: %(default)s)")
-    parser.add_argument("--labels", default=None, metavar="FILE", help="class names, one a line (default: beside MODEL)")
+    parser.add_argument("--labels", default=None, metavar="FILE",
+                        help="class names, one a line (default: the model's own class names, else labels.txt beside "
+                             "MODEL)")
     parser.add_argument("--dynamic-batch", action="store_true",
                         help="a dynamic batch dimension instead of batch 1 (the default)")
     parser.add_argument("--attention-output", action="store_true",

@@ -80,7 +80,7 @@ def keras_throughput(name, batch, image_size, repeats):
 
 
     keras.backend.clear_session()
-    model = create_model(name, image_size=image_size)
+    model = create_model(name, image_size=image_size, include_preprocessing=False)  # timm's forward has none
     images = tf.random.normal((batch, image_size, image_size, 3))
     forwards = {mode: predict_function(model, micro, jit) for mode, (jit, micro) in MODES.items()}
     for forward in forwards.values():  # compile all first, then time them in turns: a shared CPU drifts

@@ -141,6 +141,7 @@ def input_description(config):
 
 
 CHECKED_IMAGES = 64  # the images of an array batch whose range is checked: enough to tell, cheap to read
+RAW_PIXEL_FLOOR = 8.0  # a batch of raw pixels fed to a normalizing model has values above this, unless near black
 
 
 def check_pixels(images, config, name="images"):
@@ -160,8 +161,8 @@ def check_pixels(images, config, name="images"):
         wrong = scaled or high > 255 + margin
         fix = ("pass raw 0-255 pixels (the model normalizes them itself), or build it with "
                "include_preprocessing=False")
-    else:
-        wrong = low < expected_low - margin or high > expected_high + margin
+    else:  # raw pixels: far above the range (a standard normal's few sigmas are not refused)
+        wrong = high > max(RAW_PIXEL_FLOOR, 2 * expected_high - expected_low)
         fix = ("normalize them as the model expects (vit_keras.models.normalization.normalize), or build it with "
                "include_preprocessing=True to pass raw 0-255 pixels")
     if wrong:

@@ -28,6 +28,7 @@ from vit_keras.training import warmup
 from vit_keras.training.config import MODEL_IN_HAND, RECIPE_SETTINGS, TrainConfig
 from vit_keras.training.finetune import choose_image_size, model_shape, split_images
 from vit_keras.training.recipe import Recipe
+from vit_keras.training.train import choose_flips
 from vit_keras.validation import check_choice, check_keywords, pair
 
 # finetune_recipe's keywords besides its own: the recipe settings a run may change, and the run's options.
@@ -41,8 +42,9 @@ warnings.filterwarnings("ignore", r"`shuffle=True` was passed, but will be ignor
 def finetune_recipe(model, train_data, val_data=0, image_size=None, measure=True, **options):
     """The fine-tuning recipe for ``model`` (a pretrained ``VisionTransformer``) on ``train_data``: a ``Recipe``.
 
-    train_data, val_data: the training and validation images: counts, or data ``image_dataset`` reads (counted,
-      nothing decoded). The validation images only count toward the estimate the image size is chosen by.
+    train_data, val_data: the training and validation images: counts, or data ``image_dataset`` reads (counted;
+      of the training data, a sample is decoded for the flip rule, ``vit_keras.data.flip_check``: flips that change
+      its labels are turned off, as the CLI does). The validation images only count toward the size's estimate.
     image_size: the input to fine-tune at; None: chosen as the CLI chooses it, the weights' own size with an
       accelerator, on CPUs the largest whose fit is estimated at most ``finetune.FIT_MINUTES`` minutes, from a
       short warm-up of this model on this machine (``measure``; False: from a fixed table, no warm-up).
@@ -53,7 +55,7 @@ def finetune_recipe(model, train_data, val_data=0, image_size=None, measure=True
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"`model` must be a vit_keras VisionTransformer; got {type(model).__name__}.")
     check_keywords(options, RECIPE_OPTIONS, "finetune_recipe")
-    train_size, val_size = image_count(train_data, "train_data"), image_count(val_data, "val_data", empty=True)
+    (train_size, listed), (val_size, _) = listing(train_data, "train_data"), listing(val_data, "val_data", empty=True)
     config = TrainConfig(MODEL_IN_HAND, recipe="finetune", weights=MODEL_IN_HAND, image_size=image_size,
                          drop_path=model.vit_config["drop_path"], **options)
     if train_size < config.batch_size:
@@ -67,21 +69,26 @@ def finetune_recipe(model, train_data, val_data=0, image_size=None, measure=True
         vit, facts = {**vit, "image_size": (side, side)}, dict(estimated_seconds=seconds, why=f"image size: {reason}")
     else:
         vit = {**vit, "image_size": pair(image_size, "image_size")}
-    return Recipe.from_config(config, vit, config.steps_per_epoch(train_size), train_examples=train_size, **facts)
+    flip = choose_flips(config, listed) if listed is not None else True
+    return Recipe.from_config(config, vit, config.steps_per_epoch(train_size), train_examples=train_size, flip=flip,
+                              **facts)
 
 
-def image_count(data, name, empty=False):
-    """The images of ``data`` (a count, or data ``image_dataset`` reads), counted without decoding."""
+def listing(data, name, empty=False):
+    """(the images of ``data``, its examples where they can be read: arrays or a stream source, else None).
+    ``data``: a count, or data ``image_dataset`` reads; a folder or shards are listed, not decoded."""
     if isinstance(data, numbers.Integral) and not isinstance(data, bool) and (data >= 1 or empty and data == 0):
-        return int(data)
+        return int(data), None
+    if isinstance(data, tuple) and len(data) == 2:
+        arrays = load_split(data, None, True, None, 0, "memory", None)
+        return len(arrays), arrays
     if isinstance(data, (str, os.PathLike)):
         spec, split, whole = data_spec(data, None, training=True)
-        if spec.startswith("folder:") and whole:
-            return len(datasets.folder_split(spec[len("folder:"):], split, 0, VAL_FRACTION, whole=True)[0])
-        return split_images(TrainConfig(spec), split)
+        listed = sources.list_split(spec, split, whole_folder=whole, val_fraction=VAL_FRACTION)
+        return (len(listed), listed) if listed is not None else (split_images(TrainConfig(spec), split), None)
     length = getattr(data, "num_images", None)
     if length is not None:
-        return int(length)
+        return int(length), None
     raise ValueError(f"`{name}` must be a count of images (a positive int) or data vit_keras.image_dataset reads "
                      f"(a folder, or one of {', '.join(NAMED_DATA)}...); got {data!r}.")
 

@@ -130,6 +130,10 @@ class Recipe:
         if tuple(model.vit_config["image_size"]) != self.image_size:
             changes["image_size"] = self.image_size
         if class_names is not None and list(class_names) != model.class_names:
+            if len(class_names) != model.vit_config["num_classes"]:
+                raise ValueError(f"`class_names` names {len(class_names)} classes, but the model has "
+                                 f"{model.vit_config['num_classes']}: build it with num_classes="
+                                 f"{len(class_names)} (create_model(..., num_classes=len(train.class_names))).")
             changes["class_names"] = list(class_names)
         return self.compile(model.rebuild(**changes) if changes else model)
 
