@@ -45,10 +45,10 @@ def tree_rss(pid):
     return total
 
 
-def run(command, env, minutes=None, kill_after=None, log=None):
+def run(command, env, minutes=None, kill_after=None, log=None, cwd=None):
     """Run ``command``; returns its figures (first step s, peak RSS, img/s, exit code, resumed line, output)."""
     start = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
                                start_new_session=True)
     peak, first = [0, 0.0], [None]
 
