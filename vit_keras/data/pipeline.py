@@ -29,6 +29,7 @@ from vit_keras.validation import pair
 # batches in the queue keep up with the model.
 PARALLEL_BATCHES = max(1, min(os.cpu_count() or 1, 16))
 PREFETCH_BATCHES = 2
+EXAMPLE_SHUFFLE = 10_000  # examples a tf.data.Dataset handed to ``example_batches`` is shuffled over
 
 
 def make_dataset(images, labels, num_classes, image_size=None, channels=None, batch_size=128, training=False, seed=0,
@@ -46,13 +47,19 @@ def make_dataset(images, labels, num_classes, image_size=None, channels=None, ba
     images, labels = check_arrays(images, labels, batching)
     batching = batching.resolve(images.shape[1:])
     dataset = tf.data.Dataset.from_tensor_slices((images, labels)).cache()
+    return batched(dataset, batching, augmentation, min(len(images), 50_000), repeat, teacher)
+
+
+def batched(dataset, batching, augmentation, shuffle_buffer, repeat=False, teacher=None):
+    """(image, label) examples -> the augmented batches of a resolved ``batching`` (``augment_batches``): in
+    training shuffled (``shuffle_buffer`` examples; a new order each pass), repeated where asked."""
     if batching.training:
-        dataset = dataset.shuffle(min(len(images), 50_000), seed=seed, reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(shuffle_buffer, seed=batching.seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
     dataset = dataset.batch(batching.batch_size, drop_remainder=batching.drop_remainder)
     # One stateless seed per batch, different every epoch, the same for every run with this seed.
-    batch_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+    batch_seeds = tf.data.Dataset.random(seed=batching.seed, rerandomize_each_iteration=True).batch(2)
     dataset = augment_batches(tf.data.Dataset.zip((dataset, batch_seeds)), batching, augmentation, teacher)
     return finish(dataset, tf.data.experimental.AutoShardPolicy.DATA)
 
@@ -75,15 +82,10 @@ def example_batches(dataset, batching, augmentation, steps=None):
         shape = (*size, shape[-1])
     batching = batching.resolve(tuple(shape))
     dataset = dataset.map(lambda x, y: (tf.cast(x, tf.float32), tf.cast(y, tf.int64)))
-    if batching.training:
-        dataset = dataset.shuffle(10_000, seed=batching.seed, reshuffle_each_iteration=True)
-        if steps:
-            dataset = dataset.repeat()
-    dataset = dataset.batch(batching.batch_size, drop_remainder=batching.drop_remainder)
-    batch_seeds = tf.data.Dataset.random(seed=batching.seed, rerandomize_each_iteration=True).batch(2)
-    dataset = finish(augment_batches(tf.data.Dataset.zip((dataset, batch_seeds)), batching,
-                                     augmentation.in_training(batching.training)), tf.data.experimental.AutoShardPolicy.DATA)
-    return dataset.take(steps) if steps and batching.training else dataset
+    training_steps = steps if batching.training else None
+    dataset = batched(dataset, batching, augmentation.in_training(batching.training), EXAMPLE_SHUFFLE,
+                      repeat=bool(training_steps))
+    return dataset.take(training_steps) if training_steps else dataset
 
 
 def augment_batches(dataset, batching, augmentation, teacher=None):

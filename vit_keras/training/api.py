@@ -12,6 +12,7 @@ shards, a named dataset, arrays or a ``tf.data.Dataset``, in memory or streamed 
 returns a ``tf.data.Dataset`` under TensorFlow, a ``keras.utils.PyDataset`` under JAX and PyTorch.
 """
 
+import dataclasses
 import numbers
 import os
 import warnings
@@ -80,7 +81,7 @@ def listing(data, name, empty=False):
     if isinstance(data, numbers.Integral) and not isinstance(data, bool) and (data >= 1 or empty and data == 0):
         return int(data), None
     if isinstance(data, tuple) and len(data) == 2:
-        arrays = load_split(data, None, True, None, 0, "memory", None)
+        arrays = array_split(data)
         return len(arrays), arrays
     if isinstance(data, (str, os.PathLike)):
         spec, split, whole = data_spec(data, None, training=True)
@@ -156,11 +157,7 @@ def is_tf_dataset(data):
 def load_split(data, split, training, image_size, seed, input_mode, class_names):
     """One split of ``data`` as an ``ArrayDataset`` or a stream source (``image_dataset``'s ``data``)."""
     if isinstance(data, tuple) and len(data) == 2:
-        images, labels = np.asarray(data[0]), np.asarray(data[1], np.int64)
-        if images.dtype != np.uint8:
-            raise ValueError(f"`data` images must be uint8 0-255 pixels (N, H, W, C); got dtype {images.dtype}.")
-        names = class_names or [str(i) for i in range(int(labels.max(initial=-1)) + 1)]
-        return ArrayDataset(images if images.ndim == 4 else images[..., None], labels, list(names))
+        return array_split(data, class_names)
     spec, split, whole = data_spec(data, split, training)
     options = dict(seed=seed, image_size=image_size, val_fraction=VAL_FRACTION)
     listed = sources.list_split(spec, split, whole_folder=whole, **options)
@@ -169,6 +166,15 @@ def load_split(data, split, training, image_size, seed, input_mode, class_names)
     if not len(listed):
         raise ValueError(f"`data`={os.fspath(data)!r} has no images in its {split!r} split.")
     return listed if sources.choose_input(input_mode, [listed])[0] == "stream" else listed.decode_all()
+
+
+def array_split(data, class_names=None):
+    """(uint8 images, labels) as an ``ArrayDataset``, its classes ``class_names`` (default: "0", "1", ...)."""
+    images, labels = np.asarray(data[0]), np.asarray(data[1], np.int64)
+    if images.dtype != np.uint8:
+        raise ValueError(f"`data` images must be uint8 0-255 pixels (N, H, W, C); got dtype {images.dtype}.")
+    names = class_names or [str(i) for i in range(int(labels.max(initial=-1)) + 1)]
+    return ArrayDataset(images if images.ndim == 4 else images[..., None], labels, list(names))
 
 
 def batches(data, batching, augmentation, steps=None):
@@ -185,9 +191,7 @@ def batches(data, batching, augmentation, steps=None):
         else:
             from vit_keras.data.pipeline import make_dataset
 
-            settings = {key: getattr(batching, key) for key in ("num_classes", "image_size", "channels",
-                                                                 "batch_size", "training", "seed")}
-            dataset = make_dataset(data.images, data.labels, **settings, augmentation=augmentation,
+            dataset = make_dataset(data.images, data.labels, **dataclasses.asdict(batching), augmentation=augmentation,
                                    repeat=bool(steps and steps > per_pass))
         return dataset.take(steps) if steps and batching.training else dataset
     if streamed:
