@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, MIN_CALIBRATION_IMAGES, QUANTIZATIONS
+from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, EXPORT_TARGETS, MIN_CALIBRATION_IMAGES, QUANTIZATIONS
 from vit_keras.files import DiskFull, write_bytes
 from vit_keras.models.normalization import pixel_normalization
 from vit_keras.validation import check_keywords
@@ -117,10 +117,12 @@ def check_metadata_keywords(metadata_fields):
 
 
 def check_export_options(quantize, metadata_fields, calibration_size, float_ops, min_agreement, attention_output,
-                         ranges, int8_activations):
+                         ranges, int8_activations, target="cpu", dynamic_batch=False):
     """Every export option checked before any model or data loads."""
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
+    check_target(target, quantize, int8_activations, float_ops, ranges, min_agreement, attention_output,
+                 dynamic_batch)
     check_metadata_keywords(metadata_fields)
     check_int8_options(int8_activations, float_ops, ranges, min_agreement)
     if quantize == "int8" and (calibration_size is None or int(calibration_size) < MIN_CALIBRATION_IMAGES):
@@ -134,9 +136,29 @@ def check_export_options(quantize, metadata_fields, calibration_size, float_ops,
         check_min_agreement(min_agreement, quantize, calibration_size)
 
 
+def check_target(target, quantize, int8_activations="auto", float_ops=None, ranges=None, min_agreement=None,
+                 attention_output=False, dynamic_batch=False):
+    """ValueError for an unknown `target`, or for the npu target with an option it has no use for."""
+    if target not in EXPORT_TARGETS:
+        raise ValueError(f"Unknown `target`={target!r} (--target); valid values are {', '.join(EXPORT_TARGETS)}.")
+    if target != "npu":
+        return
+    if quantize != "int8":
+        raise ValueError(f"`target`='npu' (--target npu) is a full-integer file: it needs `quantize`='int8' "
+                         f"(--quantize int8), not {quantize!r}.")
+    asked = {"`int8_activations` (--int8-activations)": int8_activations != "auto", "`float_ops`": float_ops,
+             "`ranges` (--ranges)": ranges, "`min_agreement` (--min-agreement)": min_agreement,
+             "`attention_output` (--attention-output)": attention_output,
+             "`dynamic_batch` (--dynamic-batch)": dynamic_batch}
+    for name, value in asked.items():
+        if value:
+            raise ValueError(f"{name} does not apply to `target`='npu': its activations are int16 throughout and "
+                             "its shapes fixed, as NPU compilers need; leave it out.")
+
+
 def export_tflite(model, out, quantize="float32", calibration=None, labels=None, dynamic_batch=False,
                   calibration_size=DEFAULT_CALIBRATION_IMAGES, float_ops=None, min_agreement=None,
-                  attention_output=False, ranges=None, int8_activations="auto", **metadata_fields):
+                  attention_output=False, ranges=None, int8_activations="auto", target="cpu", **metadata_fields):
     """Export ``model`` (a .keras path or a VisionTransformer) to ``out``; returns a summary dict.
 
     labels: a list, a file path, or None: the model's own ``class_names``, else labels.txt beside the .keras file.
@@ -153,9 +175,11 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     ranges: static int8 only; "mse" (None) or "minmax" (``tflite.convert_graph``).
     attention_output: a second output, (1, grid_h, grid_w): the attention rollout from the token the prediction
       reads to the patches (``attention_output.rollout_graph``), named "attention" in the metadata.
+    target: "cpu" (default): the file each mode gives; "npu": with int8, a full-integer file (int8 weights, int16
+      activations, uint8 input, int16 scores; ``tflite.convert_full_integer``), as phone NPUs take them.
     """
     check_export_options(quantize, metadata_fields, calibration_size, float_ops, min_agreement, attention_output,
-                         ranges, int8_activations)
+                         ranges, int8_activations, target, dynamic_batch)
     out = check_output_path(out)
     beside = None
     if isinstance(model, (str, os.PathLike)):
@@ -177,14 +201,15 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     if len(labels) != num_classes:
         raise ValueError(f"`labels` has {len(labels)} names but the model has {num_classes} classes.")
     if quantize == "int8":
-        int8_activations, float_ops, ranges = resolve_int8(model, int8_activations, float_ops, ranges, min_agreement)
+        int8_activations, float_ops, ranges = resolve_int8(model, int8_activations, float_ops, ranges, min_agreement,
+                                                           target)
         calibration = calibration_images(calibration, model, limit=calibration_size)
     sweep = None
     if min_agreement is not None:
         model_bytes, sweep = convert_fewest_float_ops(model, calibration, dynamic_batch, min_agreement, ranges)
     else:
         model_bytes = convert(model, quantize, calibration, dynamic_batch, float_ops, attention_output, ranges,
-                              int8_activations)
+                              int8_activations, target)
     detail = check_litert_runs(model_bytes, quantize)
     meta = classifier_metadata(model, labels, quantize, detail["dtype"], **metadata_fields)
     files = {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"}

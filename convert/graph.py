@@ -36,6 +36,7 @@ from vit_keras.models.stems import ResNetV2Stem
 from vit_keras.models.vision_transformer import VisionTransformer
 
 from .attention_output import rollout_graph, token_slice
+from .integer_norm import sum_of_squares
 
 # Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: (x - mean) / std per channel
 # (normalization.pixel_normalization). The luma weights, scaled to sum to 1, commute with a 1-channel model's
@@ -48,6 +49,9 @@ RGB_TO_GRAY /= RGB_TO_GRAY.sum()
 GROUPNORM_SHIFT, STEM_RESIDUAL, STEM_POOL = "groupnorm_shift", "stem_residual", "stem_pool"
 # Node names int8 finds its float-kept ops by (int8.default_float_nodes).
 POSITION_ADD, RESIDUAL, LAYERNORM_SHIFT, ATTENTION_MASK = "embedding", "residual", "layernorm_shift", "attention_mask"
+# LSA's diagonal mask: float16 holds -3e4, not -1e9; an int16 graph needs the logits' range kept narrow, and int16
+# SOFTMAX counts anything 10 below the row's largest logit as exp(-10) already.
+FLOAT_MASK, INTEGER_MASK = -3e4, -64.0
 
 
 def check_vit(model, source="model"):
@@ -71,14 +75,20 @@ def numpy(variable):
         return np.asarray(keras.ops.convert_to_numpy(variable), dtype="float32")
 
 
-def layer_norm(layer, x, smooth=None):
+def layer_norm(layer, x, smooth=None, variances=None):
     """LayerNormalization over the last axis with only int8-friendly builtin ops.
 
-    smooth: a per-channel factor the output is divided by (gamma and beta absorb it; ``smoothing``)."""
+    smooth: a per-channel factor the output is divided by (gamma and beta absorb it; ``smoothing``).
+    variances: an ``integer_norm.VarianceRanges``: the full-integer form (sum of squares as a product, the
+      piecewise rsqrt), which holds in int16."""
     mean = tf.reduce_mean(x, axis=-1, keepdims=True)
     centred = x - mean
-    variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
-    inverse = tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
+    if variances is None:
+        variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
+        inverse = tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
+    else:
+        variance = sum_of_squares(centred) * (1.0 / x.shape[-1])
+        inverse = variances.rsqrt(layer, tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
     gamma, beta = numpy(layer.gamma), numpy(layer.beta)
     if smooth is None:
         return tf.add(centred * inverse * tf.constant(gamma), tf.constant(beta), name=LAYERNORM_SHIFT)
@@ -88,14 +98,16 @@ def layer_norm(layer, x, smooth=None):
                   name=LAYERNORM_SHIFT)
 
 
-def group_norm(layer, x):
-    """GroupNormalization with layer_norm's int8-friendly ops, on 4-D tensors (no 5-D group reshape)."""
+def group_norm(layer, x, variances=None):
+    """GroupNormalization with layer_norm's int8-friendly ops, on 4-D tensors (no 5-D group reshape).
+    variances: as layer_norm's (the piecewise rsqrt)."""
     _, height, width, channels = x.shape
     grouped = tf.reshape(x, (-1, height * width, layer.groups, channels // layer.groups))
     mean = tf.reduce_mean(grouped, axis=[1, 3], keepdims=True)
     centred = grouped - mean
     variance = tf.reduce_mean(centred * centred, axis=[1, 3], keepdims=True)
-    y = centred * tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
+    shifted = tf.add(variance, layer.epsilon, name="layernorm_epsilon")
+    y = centred * (tf.math.rsqrt(shifted) if variances is None else variances.rsqrt(layer, shifted))
     y = tf.reshape(y, (-1, height, width, channels)) * tf.constant(numpy(layer.gamma))
     return tf.add(y, tf.constant(numpy(layer.beta)), name=GROUPNORM_SHIFT)
 
@@ -107,17 +119,18 @@ def std_conv(layer, x):
     return tf.nn.conv2d(x, tf.constant(kernel), strides=layer.strides, padding=layer.padding.upper())
 
 
-def resnet_stem(stem, x):
+def resnet_stem(stem, x, variances=None):
     """ResNetV2Stem.call, with the int8-friendly GroupNorm and pre-standardized kernels."""
-    x = tf.nn.relu(group_norm(stem.gn_root, std_conv(stem.conv_root, x)))
+    x = tf.nn.relu(group_norm(stem.gn_root, std_conv(stem.conv_root, x), variances))
     x = tf.nn.max_pool2d(x, 3, 2, "SAME", name=STEM_POOL)
     for unit in stem.units:
         residual = x
         if "conv_proj" in unit:
-            residual = group_norm(unit["gn_proj"], std_conv(unit["conv_proj"], x))
-        y = tf.nn.relu(group_norm(unit["gn1"], std_conv(unit["conv1"], x)))
-        y = tf.nn.relu(group_norm(unit["gn2"], std_conv(unit["conv2"], y)))
-        x = tf.nn.relu(tf.add(residual, group_norm(unit["gn3"], std_conv(unit["conv3"], y)), name=STEM_RESIDUAL))
+            residual = group_norm(unit["gn_proj"], std_conv(unit["conv_proj"], x), variances)
+        y = tf.nn.relu(group_norm(unit["gn1"], std_conv(unit["conv1"], x), variances))
+        y = tf.nn.relu(group_norm(unit["gn2"], std_conv(unit["conv2"], y), variances))
+        y = group_norm(unit["gn3"], std_conv(unit["conv3"], y), variances)
+        x = tf.nn.relu(tf.add(residual, y, name=STEM_RESIDUAL))
     return x
 
 
@@ -136,7 +149,7 @@ def dense(layer, x, role, kernel=None, bias=None):
     return y if layer.activation is keras.activations.linear else layer.activation(y)
 
 
-def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=None, maps=None):
+def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=None, maps=None, mask=FLOAT_MASK):
     """Multi-head self-attention equal to MultiHeadSelfAttention in float, in XNNPACK-friendly pieces.
 
     Without ``scales`` the fused qkv kernel is cut into one small FULLY_CONNECTED per head and per q/k/v.
@@ -146,6 +159,7 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
     observe: called eagerly as observe(attn, head, q, k, v) (the calibration pass of ``qkv_scales``).
     row_scale: the preceding LayerNorm's smoothing factor (``smoothing``), undone on the qkv kernel's rows.
     maps: a list that gets this layer's attention weights appended, one (B, queries, T) tensor a head.
+    mask: the logit LSA's diagonal gets (FLOAT_MASK, or INTEGER_MASK in the int16 graph).
     """
     d = x.shape[-1]
     heads, head_dim = attn.num_heads, d // attn.num_heads
@@ -179,9 +193,9 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
         if observe is not None:
             observe(attn, h, q, k, v)
         logits = tf.matmul(q, k, transpose_b=True)
-        if attn.locality:  # LSA's diagonal mask: an ADD that int8 keeps in float; float16 holds -3e4, not -1e9
-            mask = -3e4 * np.eye(logits.shape[1], logits.shape[2], dtype="float32")
-            logits = tf.add(logits, tf.constant(mask), name=ATTENTION_MASK)
+        if attn.locality:  # LSA's diagonal mask: an ADD that static int8 keeps in float
+            diagonal = mask * np.eye(logits.shape[1], logits.shape[2], dtype="float32")
+            logits = tf.add(logits, tf.constant(diagonal), name=ATTENTION_MASK)
         weights = tf.nn.softmax(logits, axis=-1)
         weights_per_head.append(weights)
         outputs.append(tf.matmul(weights, v))
@@ -261,17 +275,20 @@ def qkv_scales(model, images, batch_size=50):
     return scales
 
 
-def transformer_block(block, z, scales=None, observe=None, norm_scales=None, observe_norm=None, maps=None):
+def transformer_block(block, z, scales=None, observe=None, norm_scales=None, observe_norm=None, maps=None,
+                      variances=None):
     """Eq. 2-3. norm_scales: {layer path: smoothing factor} of the inputs of the dense layers after norm1, norm2
     and the GELU (keyed by fc2's path; ``smoothing.smoothing_scales``); observe_norm(layer, its output or, for
-    fc2, its input); maps: a list that gets the block's attention weights appended (``attention``)."""
+    fc2, its input); maps: a list that gets the block's attention weights appended (``attention``);
+    variances: the full-integer LayerNorm's ranges (``layer_norm``)."""
     smooth1, smooth2, smooth3 = ((norm_scales or {}).get(layer.path) for layer in (block.norm1, block.norm2, block.fc2))
-    normed = layer_norm(block.norm1, z, smooth1)
+    normed = layer_norm(block.norm1, z, smooth1, variances)
     if observe_norm is not None:
         observe_norm(block.norm1, normed)
-    y = attention(block.attn, normed, block.query_tokens, scales, observe, row_scale=smooth1, maps=maps)
+    mask = FLOAT_MASK if variances is None else INTEGER_MASK
+    y = attention(block.attn, normed, block.query_tokens, scales, observe, row_scale=smooth1, maps=maps, mask=mask)
     z = tf.add(token_slice(z, 0, block.query_tokens) if block.query_tokens else z, y, name=RESIDUAL)
-    normed = layer_norm(block.norm2, z, smooth2)
+    normed = layer_norm(block.norm2, z, smooth2, variances)
     if observe_norm is not None:
         observe_norm(block.norm2, normed)
     fc1_kernel = numpy(block.fc1.kernel) * (1.0 if smooth2 is None else smooth2[:, None])
@@ -294,7 +311,7 @@ def takes_raw_pixels(model, quantize):
 
 
 def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scales=None, observe_norm=None,
-            attention_maps=None, token_weights=None):
+            attention_maps=None, token_weights=None, variances=None):
     """Softmax scores for RGB ``images`` (B, H, W, 3).
 
     raw_pixels=True: images are 0-255 pixels, normalized here (``takes_raw_pixels``); False: already
@@ -303,6 +320,8 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
     norm_scales: {layer path: per-channel factor} smoothing the blocks' dense inputs (``transformer_block``).
     attention_maps: a list that gets each block's per-head attention weights appended, first block first.
     token_weights: a list that gets sequence pooling's token weights appended (``readout``).
+    variances: an ``integer_norm.VarianceRanges``: the full-integer normalization (``layer_norm``), recording its
+      ranges in an eager pass or applying them when traced.
     """
     x = images
     channels = model.vit_config["channels"]
@@ -325,15 +344,16 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
     # model.preprocessing is done above, or by the runtime from the normalization metadata
     stem = model.stem
     if isinstance(stem, ResNetV2Stem):
-        x = resnet_stem(stem, x)
+        x = resnet_stem(stem, x, variances)
     elif stem is not None:
         x = stem(x)
     x = patch_embedding(model.patch_encoder, x, pixel_affine)
     for block in model.blocks:
         attn = block.attn
         scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None
-        x = transformer_block(block, x, scales, observe, norm_scales, observe_norm, maps=attention_maps)
-    x = layer_norm(model.encoder_norm, x)
+        x = transformer_block(block, x, scales, observe, norm_scales, observe_norm, maps=attention_maps,
+                              variances=variances)
+    x = layer_norm(model.encoder_norm, x, variances=variances)
     x = readout(model.pooling_layer, x, token_weights)
     for layer, role in ((model.pre_logits, "pre_logits"), (model.head, "head")):
         if layer is not None:
@@ -358,10 +378,12 @@ def readout(pool, x, token_weights=None):
     return tf.reshape(tf.matmul(weights, x), (-1, width))
 
 
-def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None, norm_scales=None, attention_output=False):
+def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None, norm_scales=None, attention_output=False,
+                      variances=None):
     """A traced tf.function over an RGB image input; batch_size=None gives a dynamic batch.
 
-    attention_output: a second output, the attention rollout over the patch grid (``rollout_graph``)."""
+    attention_output: a second output, the attention rollout over the patch grid (``rollout_graph``).
+    variances: the full-integer normalization's calibrated ranges (``forward``)."""
     check_vit(model)
     height, width = model.vit_config["image_size"]
     spec = tf.TensorSpec((batch_size, height, width, 3), tf.float32, name="image")
@@ -370,7 +392,7 @@ def concrete_function(model, raw_pixels, batch_size=1, qkv_scales=None, norm_sca
     def serve(image):
         maps, weights = ([], []) if attention_output else (None, None)
         scores = forward(model, image, raw_pixels, qkv_scales, norm_scales=norm_scales, attention_maps=maps,
-                         token_weights=weights)
+                         token_weights=weights, variances=variances)
         if not attention_output:
             return {"scores": scores}
 

@@ -170,11 +170,14 @@ def check_int8_options(activations, float_ops=None, ranges=None, min_agreement=N
                              "static) or 'auto'; dynamic int8 rounds each layer's input as it runs.")
 
 
-def resolve_int8(model, activations, float_ops=None, ranges=None, min_agreement=None):
+def resolve_int8(model, activations, float_ops=None, ranges=None, min_agreement=None, target="cpu"):
     """(activations, float_ops, ranges) with "auto" decided and static int8's defaults filled in. "auto" is static
     where a static option is given, else dynamic for models at least DYNAMIC_MIN_WIDTH wide: the pretrained ViTs,
     whose few huge activations one static scale can't hold (docs/benchmarks.md, issue 33); narrower models, trained
-    here, keep static int8, faster than dynamic at their size."""
+    here, keep static int8, faster than dynamic at their size. The "npu" target is "int16": full integer, int16
+    activations (``tflite.convert_full_integer``)."""
+    if target == "npu":  # export.check_target refuses int8 options beside it
+        return "int16", None, None
     check_int8_options(activations, float_ops, ranges, min_agreement)
     if activations == "auto":
         static_asked = any(value is not None for value in (float_ops, ranges, min_agreement))

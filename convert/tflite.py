@@ -16,7 +16,9 @@ from vit_keras.ticker import Ticker
 
 from .attention_output import scores_output_first
 from .dynamic_int8 import int8_from_float
-from .graph import check_vit, concrete_function, takes_raw_pixels
+from .flatbuffer import float_compute_ops, raw_pixel_input
+from .graph import check_vit, concrete_function, forward, takes_raw_pixels
+from .integer_norm import VarianceRanges
 from .int8 import check_ranges, int8_graph_scales, quantize_static, resolve_int8
 from .ranges import mse_ranges
 from .transposes import explicit_transposes
@@ -106,14 +108,16 @@ def check_builtin_ops(model_bytes, quantize):
 
 
 def convert(model, quantize="float32", calibration=None, dynamic_batch=False, float_ops=None,
-            attention_output=False, ranges=None, activations="auto"):
+            attention_output=False, ranges=None, activations="auto", target="cpu"):
     """Converted flatbuffer bytes (no metadata yet); ValueError for anything but builtin ops.
 
     attention_output: a second output, the attention rollout (``attention_output.rollout_graph``).
-    activations, float_ops, ranges: int8's (``int8.resolve_int8``)."""
-    activations, float_ops, ranges = resolve_int8(model, activations, float_ops, ranges)
+    activations, float_ops, ranges, target: int8's (``int8.resolve_int8``)."""
+    activations, float_ops, ranges = resolve_int8(model, activations, float_ops, ranges, target=target)
     if quantize == "int8":
         calibration = calibration_images(calibration, model, limit=None)
+    if quantize == "int8" and activations == "int16":
+        return convert_full_integer(model, calibration)
     model_bytes = convert_graph(model, quantize, calibration, dynamic_batch, attention_output=attention_output,
                                 ranges=ranges, activations=activations)
     if quantize == "int8" and activations == "dynamic":
@@ -177,6 +181,36 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
                          f"TFLite builtin ops only, no Flex/SELECT_TF_OPS. {str(error)[-800:]}") from error
     if static and ranges == "mse":
         model_bytes = mse_ranges(model_bytes, (batch for batch, in batches()))
+    return model_bytes
+
+
+def convert_full_integer(model, calibration, batch_size=32):
+    """The "npu" target: every op from the uint8 input to the int16 scores in integers, int8 weights and int16
+    activations (TFLite's 16x8 mode), over the graph whose LayerNorms hold in int16 (``integer_norm``).
+    ValueError, naming the ops, if any op is left computing in float."""
+    import tensorflow as tf
+
+    variances = VarianceRanges()
+    rgb = to_rgb(calibration)
+    for start in range(0, len(rgb), batch_size):  # eager: each normalization's largest variance
+        forward(model, tf.constant(rgb[start:start + batch_size]), raw_pixels=True, variances=variances)
+    variances.recording = False
+    function = concrete_function(model, raw_pixels=True, variances=variances)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function])
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative_dataset(calibration)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    converter.inference_output_type = tf.int16
+    try:
+        model_bytes = raw_pixel_input(converter.convert())
+    except (RuntimeError, ValueError) as error:  # an op with no 16x8 kernel: the converter names it
+        raise ValueError(f"the npu target (full integer, int16 activations) can't express this model: {error}") \
+            from error
+    floats = float_compute_ops(model_bytes)
+    if floats:
+        named = ", ".join(f"{op} ({tensor})" for op, tensor in floats[:8])
+        raise ValueError(f"the npu target must be integer throughout, but {len(floats)} ops compute in float: "
+                         f"{named}; this model's layers can't all be expressed in int8/int16 kernels.")
     return model_bytes
 
 

@@ -75,6 +75,9 @@ INT8_RANGES = ("mse", "minmax")  # how static int8 picks each activation's range
 # int8's activations: rounded a token at a time when each layer runs (vit_keras.convert.dynamic_int8), or with
 # one scale a tensor fixed at calibration (full integer, for integer-only accelerators); "auto" picks (convert.int8).
 INT8_ACTIVATIONS = ("auto", "dynamic", "static")
+# Where an exported file runs: "cpu" (and GPU): the quantization each mode gives; "npu": full integer, every op
+# from input to output in int8 weights and int16 activations, as phone NPUs run them (--quantize int8 only).
+EXPORT_TARGETS = ("cpu", "npu")
 RUNTIMES = ("interpreter", "compiled")  # LiteRT's Interpreter and CompiledModel APIs
 # The older runtimes an exported file is checked under (convert/runtime_version.py): pip package, release, the
 # TFLite version whose kernels it carries, its interpreter module. ai-edge-litert 1.0.1 (August 2024) came between

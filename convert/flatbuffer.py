@@ -1,0 +1,94 @@
+"""Reading and editing a .tflite flatbuffer's graph: op names, op codes, tensor types. TensorFlow-free.
+
+The other modules edit files through these (``metadata`` owns packing and the metadata tables).
+"""
+
+import functools
+
+import numpy as np
+
+from .metadata import pack_model, unpack_model
+
+FLOAT_TYPES = ("FLOAT32", "FLOAT16")
+
+
+@functools.lru_cache(maxsize=None)
+def builtin_names():
+    """{builtin operator code: name}, e.g. 9 -> "FULLY_CONNECTED"."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    return {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
+
+
+@functools.lru_cache(maxsize=None)
+def type_names():
+    """{tensor type code: name}, e.g. 9 -> "INT8"."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    return {value: name for name, value in vars(schema.TensorType).items() if not name.startswith("_")}
+
+
+def builtin_code(code):
+    """An OperatorCode's builtin: the larger of its two fields (the deprecated one caps at 127)."""
+    return max(code.builtinCode, code.deprecatedBuiltinCode)
+
+
+def op_names(model):
+    """The op type name of each of an unpacked model's operator codes ("CUSTOM" for custom ops)."""
+    return [builtin_names().get(builtin_code(code), "CUSTOM") for code in model.operatorCodes]
+
+
+def opcode_index(model, builtin, version):
+    """The index of ``builtin`` at ``version`` in the model's operator codes, added if the model has none."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    for index, code in enumerate(model.operatorCodes):
+        if builtin_code(code) == builtin and code.version == version:
+            return index
+    code = schema.OperatorCodeT()
+    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), version
+    model.operatorCodes.append(code)
+    return len(model.operatorCodes) - 1
+
+
+def is_constant(model, tensor):
+    """Whether a tensor holds weights (a non-empty buffer) rather than values computed as the graph runs."""
+    buffer = model.buffers[tensor.buffer] if tensor.buffer < len(model.buffers) else None
+    return buffer is not None and buffer.data is not None and len(buffer.data) > 0
+
+
+def float_compute_ops(model_bytes):
+    """[(op name, first float tensor's name)] of the ops that compute in float: an input or output that is a float
+    tensor computed at run time. A DEQUANTIZE of a constant (weights unpacked at load) computes nothing."""
+    model = unpack_model(model_bytes)
+    graph, names = model.subgraphs[0], op_names(model)
+    found = []
+    for op in graph.operators:
+        name = names[op.opcodeIndex]
+        inputs = [graph.tensors[i] for i in op.inputs if i >= 0]
+        if name == "DEQUANTIZE" and all(is_constant(model, t) for t in inputs):
+            continue
+        for tensor in inputs + [graph.tensors[i] for i in op.outputs]:
+            if type_names()[tensor.type] in FLOAT_TYPES and not is_constant(model, tensor):
+                found.append((name, tensor.name.decode() if isinstance(tensor.name, bytes) else str(tensor.name)))
+                break
+    return found
+
+
+def raw_pixel_input(model_bytes):
+    """An integer graph's float input, which only QUANTIZE ops read, taken as uint8 raw pixels (scale 1, zero
+    point 0): each QUANTIZE then requantizes uint8 to the graph's own type. The converter's float input was
+    calibrated on [0, 255] (``tflite.representative_dataset`` pins it), so the values are the same."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = unpack_model(model_bytes)
+    graph, names = model.subgraphs[0], op_names(model)
+    index = graph.inputs[0]
+    readers = [names[op.opcodeIndex] for op in graph.operators if index in list(op.inputs)]
+    if set(readers) != {"QUANTIZE"}:
+        raise ValueError(f"the integer graph's input is read by {sorted(set(readers))}, not by QUANTIZE alone; it "
+                         "cannot take uint8 pixels.")
+    quantization = schema.QuantizationParametersT()
+    quantization.scale, quantization.zeroPoint = np.array([1.0], np.float32), np.array([0], np.int64)
+    graph.tensors[index].type, graph.tensors[index].quantization = schema.TensorType.UINT8, quantization
+    return bytes(pack_model(model, len(model_bytes)))
