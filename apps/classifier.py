@@ -58,6 +58,15 @@ def _load_interpreter(path, threads):
     return Interpreter(model_path=path, num_threads=threads)
 
 
+def read_buffer(buffer, detail):
+    """A CompiledModel output buffer as an array of ``detail``'s dtype and shape. ai-edge-litert 2.3.0 reads no
+    int16 (the npu target's scores), so such a buffer is read as its bytes and viewed as the dtype."""
+    dtype, count = np.dtype(detail["dtype"]), int(np.prod(detail["shape"]))
+    if dtype == np.int16:
+        return buffer.read(count * dtype.itemsize, np.uint8).view(dtype).reshape(detail["shape"])
+    return buffer.read(count, dtype).reshape(detail["shape"])
+
+
 class Classifier:
     """Load once, classify many. Thread-safe: a small pool of interpreters serves concurrent calls."""
 
@@ -206,8 +215,7 @@ class Classifier:
         inputs[0].write(batch)
         model.run_by_index(0, inputs, outputs)
         by_index = {d["index"]: i for i, d in enumerate(details)}
-        arrays = [outputs[by_index[d["index"]]].read(int(np.prod(d["shape"])), d["dtype"]).reshape(d["shape"])
-                  for d in details]
+        arrays = [read_buffer(outputs[by_index[d["index"]]], d) for d in details]
         ordered = [self.scores_output] + self.attention_outputs
         return [arrays[by_index[d["index"]]] for d in ordered]
 

@@ -11,9 +11,13 @@ by a file that never saw it; float files need no calibration and are judged on t
 against the Keras model, accuracy against the photo's class. Latency: batch 1, the median of --runs invocations,
 rounds of every file interleaved, the fold-1 file of each int8 mode. Prints a Markdown table and the CPU.
 
+Always: "int8 --target npu", the full-integer file (int8 weights, int16 activations), judged on every photo of
+its half like the CPU files (other files slower than SLOW_MS an image on SLOW_SAMPLE of them).
+
 --compare adds, calibrated on the same photos, ai-edge-quantizer 0.10.0's recipes applied to our float32 file
 (static int8, 16-bit activations with int8 weights, dynamic) and TFLite's own 16x8 mode (16-bit activations, int8
-weights) of the same graph. --min-agreement adds the static sweep's file (``export_tflite(min_agreement=...)``,
+weights) of the same graph; and ai-edge-quantizer's two static recipes applied to the float32 file of the npu
+target's own graph (its LayerNorm formulated for integers, ``convert/integer_norm.py``). --min-agreement adds the static sweep's file (``export_tflite(min_agreement=...)``,
 its held-out part taken from the fold's calibration photos) and prints how long each fold's sweep took.
 """
 
@@ -30,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # int8_zoo's ai-
 CROP, RESIZE = 224, 248  # timm's evaluation transform for 224-pixel ViTs (crop_pct 0.9)
 MODES = ("float32", "float16", "dynamic", "int8")
 AEQ_RECIPES = ("static_wi8_ai8", "static_wi8_ai16", "dynamic_wi8_afp32")  # ai-edge-quantizer 0.10.0's
-SLOW_MS, SLOW_SAMPLE = 200, 100  # files slower than this an image are judged on this many photos a half
+SLOW_MS, SLOW_SAMPLE = 200, 100
+NPU_MODE = "int8 --target npu"  # judged on every photo however slow: its agreement is a target  # files slower than this an image are judged on this many photos a half
 
 
 def load_photos(folder, limit=None):
@@ -71,7 +76,7 @@ def export_files(model, labels, images, classes, out, args):
         files[(mode, None)] = os.path.join(out, f"{mode}.tflite")
         if not (args.reuse and os.path.isfile(files[(mode, None)])):
             export_tflite(model, files[(mode, None)], quantize=mode, labels=labels)
-    int8_modes = [("int8", dict(int8_activations="dynamic"))]
+    int8_modes = [("int8", dict(int8_activations="dynamic")), (NPU_MODE, dict(target="npu"))]
     if args.static:
         int8_modes.append(("int8 static", dict(int8_activations="static")))
     if args.min_agreement:
@@ -110,7 +115,38 @@ def compared_files(model, labels, images, classes, float_path, out, reuse=False)
         if not (reuse and os.path.isfile(path)):
             tflite_16x8(model, labels, calibration, path)
         files[("TFLite 16x8", fold)] = path
+        integer_float = os.path.join(out, f"npu_graph_float32_calibrated_on_{side}.tflite")
+        if not (reuse and os.path.isfile(integer_float)):
+            npu_graph_float32(model, labels, calibration, integer_float)
+        for recipe_name in AEQ_RECIPES[:2]:
+            path = os.path.join(out, f"aeq_{recipe_name}_npu_graph_calibrated_on_{side}.tflite")
+            if not (reuse and os.path.isfile(path)):
+                ai_edge_quantize(integer_float, recipe_name, calibration, path)
+            files[(f"ai-edge-quantizer {recipe_name}, npu graph", fold)] = path
     return files
+
+
+def npu_graph_float32(model, labels, calibration, path):
+    """The npu target's graph (its LayerNorms' ranges calibrated on ``calibration``) as a float32 file taking raw
+    pixels, for ai-edge-quantizer to quantize."""
+    import tensorflow as tf
+
+    from vit_keras.convert import metadata as tflite_metadata
+    from vit_keras.convert.export import classifier_metadata
+    from vit_keras.convert.graph import concrete_function, forward
+    from vit_keras.convert.integer_norm import VarianceRanges
+
+    variances = VarianceRanges()
+    for start in range(0, len(calibration), 32):
+        forward(model, tf.constant(calibration[start:start + 32], tf.float32), raw_pixels=True, variances=variances)
+    variances.recording = False
+    function = concrete_function(model, raw_pixels=True, variances=variances)
+    converted = tf.lite.TFLiteConverter.from_concrete_functions([function]).convert()
+    meta = classifier_metadata(model, labels, "int8", np.float32)  # raw 0-255 pixels: mean 0, std 1
+    data = tflite_metadata.populate(converted, meta, {"labels.txt": ("\n".join(labels) + "\n").encode()})
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
 
 
 def tflite_16x8(model, labels, calibration, path):
@@ -141,7 +177,7 @@ def judge(files, images, classes, reference):
 
     results = {}
     for (mode, fold), path in files.items():
-        slow = latency_ms(path, threads=2, runs=1, warmup=0) > SLOW_MS
+        slow = latency_ms(path, threads=2, runs=1, warmup=0) > SLOW_MS and mode != NPU_MODE
         for judged in ((1 - fold,) if fold is not None else (1, 0)):
             chosen = np.flatnonzero(classes % 2 == judged)[:SLOW_SAMPLE if slow else None]
             top = tflite_scores(path, images[chosen]).argmax(-1)
@@ -157,12 +193,14 @@ def latencies(paths, runs):
     from vit_keras.convert.runtime import latency_ms
 
     timings = {path: {} for path in paths}
+    slow = {path for path in paths if latency_ms(path, threads=2, runs=1, warmup=0) > SLOW_MS}
     for runtime in RUNTIMES:
         for threads in (1, 2):
             for _ in range(3):
                 for path in paths:
-                    try:
-                        ms = latency_ms(path, runtime, threads, runs=runs)
+                    try:  # reference-kernel files: a few runs say enough
+                        ms = latency_ms(path, runtime, threads, runs=min(runs, 5) if path in slow else runs,
+                                        warmup=1 if path in slow else 10)
                     except ValueError:  # CompiledModel takes no int16 input (16-bit activation files)
                         ms = float("nan")
                     key = (runtime, threads)

@@ -16,8 +16,9 @@ import numpy as np
 
 from vit_keras.framework import ops_details
 
+from .flatbuffer import opcode_index
 from .graph import POSITION_ADD
-from .half_tables import opcode_index, store_in_half
+from .half_tables import store_in_half
 from .int8 import nodes_named, op_outputs
 from .metadata import pack_model, unpack_model
 from .runtime import preserving_interpreter

@@ -29,21 +29,32 @@ def type_names():
 
 
 def builtin_code(code):
-    """An OperatorCode's builtin: the larger of its two fields (the deprecated one caps at 127)."""
-    return max(code.builtinCode, code.deprecatedBuiltinCode)
+    """An operator code's builtin: the larger of its two fields (the deprecated one caps at 127). ``code`` is an
+    unpacked OperatorCodeT or the reading API's OperatorCode (``model.OperatorCodes(i)``)."""
+    if hasattr(code, "builtinCode"):
+        return max(code.builtinCode, code.deprecatedBuiltinCode)
+    return max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+
+
+def builtin_name(code):
+    """An operator code's op type name ("CUSTOM" for a custom op); either kind of code, as ``builtin_code``."""
+    return builtin_names().get(builtin_code(code), "CUSTOM")
 
 
 def op_names(model):
     """The op type name of each of an unpacked model's operator codes ("CUSTOM" for custom ops)."""
-    return [builtin_names().get(builtin_code(code), "CUSTOM") for code in model.operatorCodes]
+    return [builtin_name(code) for code in model.operatorCodes]
 
 
 def opcode_index(model, builtin, version):
-    """The index of ``builtin`` at ``version`` in the model's operator codes, added if the model has none."""
+    """The index of ``builtin``'s operator code in an unpacked model (added if it has none), at ``version`` at
+    least: an op code's version is the least runtime version that runs every op of that code, so an existing
+    code's version is raised, never lowered, and every op of that builtin keeps the one index."""
     from ai_edge_litert import schema_py_generated as schema
 
     for index, code in enumerate(model.operatorCodes):
-        if builtin_code(code) == builtin and code.version == version:
+        if builtin_code(code) == builtin:
+            code.version = max(code.version, version)
             return index
     code = schema.OperatorCodeT()
     code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), version

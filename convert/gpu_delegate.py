@@ -17,6 +17,8 @@ It is a static check of op signatures, not a run: a GPU driver may still refuse 
 import collections
 import os
 
+from .flatbuffer import builtin_name, type_names
+
 # The op types CheckGpuDelegateCompatibility accepts (its switch); any other builtin is "Not supported op".
 UNARY = {"ABS", "CEIL", "COS", "ELU", "EXP", "FLOOR", "GELU", "LOG", "LOGISTIC", "NEG", "RSQRT", "SIGN", "SIN",
          "SQRT", "SQUARE", "TANH"}
@@ -54,17 +56,16 @@ class OpSignature:
 
     folded: tensors the delegate holds as constants although an op makes them (``constant_dequantized``)."""
 
-    def __init__(self, schema, model, graph, op, op_names, type_names, folded=frozenset()):
-        code = model.OperatorCodes(op.OpcodeIndex())
+    def __init__(self, schema, model, graph, op, folded=frozenset()):
         self.schema, self.op = schema, op
-        self.name = op_names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "CUSTOM")
+        self.name = builtin_name(model.OperatorCodes(op.OpcodeIndex()))
 
         def spec(index):
             tensor = graph.Tensors(index)
             buffer = model.Buffers(tensor.Buffer())
             constant = index in folded or bool(buffer is not None and (buffer.DataLength() or buffer.Offset() > 1))
             return tuple(int(d) for d in tensor.ShapeAsNumpy()) if tensor.ShapeLength() else (), \
-                type_names[tensor.Type()], constant
+                type_names()[tensor.Type()], constant
 
         self.inputs = [spec(int(t)) for t in op.InputsAsNumpy() if t >= 0]
         self.outputs = [spec(int(t)) for t in op.OutputsAsNumpy() if t >= 0]
@@ -154,14 +155,13 @@ def known_bugs(sig):
     return found
 
 
-def constant_dequantized(schema, model, graph, op_names):
+def constant_dequantized(model, graph):
     """Outputs of DEQUANTIZE ops of constant tensors (a float16 file's weights): the delegate folds them into
     float32 constants before it looks at the ops that read them, so those ops see constant weights."""
     folded = set()
     for i in range(graph.OperatorsLength()):
         op = graph.Operators(i)
-        code = model.OperatorCodes(op.OpcodeIndex())
-        if op_names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode())) != "DEQUANTIZE":
+        if builtin_name(model.OperatorCodes(op.OpcodeIndex())) != "DEQUANTIZE":
             continue
         buffer = model.Buffers(graph.Tensors(int(op.Inputs(0))).Buffer())
         if buffer is not None and (buffer.DataLength() or buffer.Offset() > 1):
@@ -176,15 +176,13 @@ def op_signatures(path):
     from .metadata import read_flatbuffer
 
     data = read_flatbuffer(os.fspath(path))
-    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
     try:
         model = schema.Model.GetRootAs(data, 0)
         signatures = []
         for s in range(model.SubgraphsLength()):
             graph = model.Subgraphs(s)
-            folded = constant_dequantized(schema, model, graph, op_names)
-            signatures += [OpSignature(schema, model, graph, graph.Operators(i), op_names, type_names, folded)
+            folded = constant_dequantized(model, graph)
+            signatures += [OpSignature(schema, model, graph, graph.Operators(i), folded)
                            for i in range(graph.OperatorsLength())]
     except Exception as error:  # a truncated or corrupt flatbuffer fails anywhere in the generated reader
         raise ValueError(f"`tflite` file {os.fspath(path)!r} is not a readable TFLite model: "

@@ -11,6 +11,7 @@ graph runs as before.
 
 import numpy as np
 
+from .flatbuffer import opcode_index
 from .metadata import pack_model, unpack_model
 
 HALF_DEQUANTIZE_VERSION = 3  # DEQUANTIZE's version for float16 inputs, as the converter writes in float16 files
@@ -55,17 +56,3 @@ def store_in_half(model_bytes, op_outputs):
     graph.operators = operators
     return pack_model(model, len(model_bytes))
 
-
-def opcode_index(model, builtin, version):
-    """The index of ``builtin``'s operator code in ``model`` (added if it has none), at ``version`` at least: an
-    op code's version is the least runtime version that runs every op of that code."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    for i, code in enumerate(model.operatorCodes):
-        if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin:
-            code.version = max(code.version, version)
-            return i
-    code = schema.OperatorCodeT()
-    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), version
-    model.operatorCodes.append(code)
-    return len(model.operatorCodes) - 1

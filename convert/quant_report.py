@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from .flatbuffer import op_names
 from .graph import keras_scores
 from .metadata import pack_model, unpack_model
 from .runtime import model_input, prepare, preserving_interpreter
@@ -53,13 +54,6 @@ def dequantize(data, tensor):
         shape[q.quantizedDimension] = -1
     scale, zero = np.reshape(q.scale, shape), np.reshape(np.asarray(q.zeroPoint, np.float64), shape)
     return ((values - zero) * scale).astype(np.float32)
-
-
-def op_names(model):
-    from ai_edge_litert import schema_py_generated as schema
-
-    names = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
-    return [names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "CUSTOM") for code in model.operatorCodes]
 
 
 def float_twin(model_bytes):

@@ -12,6 +12,7 @@ from vit_keras.constants import RUNTIMES
 from vit_keras.ticker import Ticker
 
 from . import metadata as tflite_metadata
+from .flatbuffer import builtin_name
 
 
 def model_input(path):
@@ -45,6 +46,7 @@ class InterpreterRunner:
         self.interpreter.allocate_tensors()
         self.input = self.interpreter.get_input_details()[0]
         self.output = self.interpreter.get_output_details()[0]
+        self.output_quantization = self.output["quantization"]
 
     def set_input(self, batch):
         self.interpreter.set_tensor(self.input["index"], batch)
@@ -67,7 +69,8 @@ class CompiledModelRunner:
         self.inputs = self.model.create_input_buffers(0)
         self.outputs = self.model.create_output_buffers(0)
         details = InterpreterRunner(path, threads=1)  # shapes and dtypes of the signature
-        self.output_shape, self.output_dtype = details.output["shape"], details.output["dtype"]
+        self.output_shape, self.output_dtype = details.output["shape"], np.dtype(details.output["dtype"])
+        self.output_quantization = details.output_quantization
 
     def set_input(self, batch):
         self.inputs[0].write(batch)
@@ -76,7 +79,10 @@ class CompiledModelRunner:
         self.model.run_by_index(0, self.inputs, self.outputs)
 
     def get_output(self):
-        return self.outputs[0].read(int(np.prod(self.output_shape)), self.output_dtype).reshape(self.output_shape)
+        count = int(np.prod(self.output_shape))
+        if self.output_dtype == np.int16:  # ai-edge-litert 2.3.0 reads no int16 (the npu target's scores): bytes
+            return self.outputs[0].read(count * 2, np.uint8).view(np.int16).reshape(self.output_shape)
+        return self.outputs[0].read(count, self.output_dtype).reshape(self.output_shape)
 
 
 def runner(path, runtime="interpreter", threads=2):
@@ -107,15 +113,17 @@ def median_invoke_ms(run, runs):
 
 
 def tflite_scores(path, images, runtime="interpreter", threads=2):
-    """Scores (N, classes) of a batch-1 .tflite classifier on uint8 images."""
+    """Scores (N, classes) of a batch-1 .tflite classifier on uint8 images; an integer output dequantized."""
     run = runner(path, runtime, threads)
     dtype, _, norm = model_input(path)
     batch = prepare(images, dtype, norm)
+    scale, zero = run.output_quantization
     scores, ticker = [], Ticker(f"scoring {os.path.basename(os.fspath(path))}", len(batch))
     for image in batch:
         run.set_input(image[None])
         run.invoke()
-        scores.append(np.array(run.get_output()[0], dtype="float32"))
+        output = np.array(run.get_output()[0], dtype="float32")
+        scores.append((output - zero) * scale if scale else output)
         ticker.update(1)
     return np.stack(scores)
 
@@ -162,15 +170,13 @@ def op_precisions(path):
 
     with open(path, "rb") as f:
         model = schema.Model.GetRootAs(f.read(), 0)
-    op_names = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
     quantized = {getattr(schema.TensorType, name) for name in QUANTIZED_TYPES}
     precision = {"float": collections.Counter(), "integer": collections.Counter()}
     for s in range(model.SubgraphsLength()):
         graph = model.Subgraphs(s)
         for i in range(graph.OperatorsLength()):
             op = graph.Operators(i)
-            code = model.OperatorCodes(op.OpcodeIndex())
-            name = op_names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "CUSTOM")
+            name = builtin_name(model.OperatorCodes(op.OpcodeIndex()))
             if name in CONVERSION_OPS:
                 continue
             tensors = [int(t) for t in (*op.InputsAsNumpy(), *op.OutputsAsNumpy()) if t >= 0]

@@ -12,6 +12,8 @@ for our ops only: an op or version not listed gets "unknown", never a guess.
 
 from vit_keras.constants import COMPAT_RUNTIMES
 
+from .flatbuffer import builtin_name
+
 # op -> the release that first ran version 1, 2, ... of it.
 OP_RELEASES = {
     "ADD": ("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0"),
@@ -51,8 +53,6 @@ def op_versions(model_bytes):
     """{(op name, version)} of every op in a .tflite flatbuffer (custom ops as ("CUSTOM:name", version))."""
     from ai_edge_litert import schema_py_generated as schema
 
-    from .transposes import builtin_name
-
     try:
         model = schema.Model.GetRootAs(model_bytes, 0)
         used = set()
@@ -60,7 +60,7 @@ def op_versions(model_bytes):
             graph = model.Subgraphs(s)
             for i in range(graph.OperatorsLength()):
                 code = model.OperatorCodes(graph.Operators(i).OpcodeIndex())
-                name = builtin_name(schema, code)
+                name = builtin_name(code)
                 if name == "CUSTOM":
                     name = "CUSTOM:" + (code.CustomCode() or b"?").decode("utf-8", "replace")
                 used.add((name, int(code.Version())))

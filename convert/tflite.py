@@ -16,7 +16,7 @@ from vit_keras.ticker import Ticker
 
 from .attention_output import scores_output_first
 from .dynamic_int8 import int8_from_float
-from .flatbuffer import float_compute_ops, raw_pixel_input
+from .flatbuffer import builtin_code, float_compute_ops, raw_pixel_input
 from .graph import check_vit, concrete_function, forward, takes_raw_pixels
 from .integer_norm import VarianceRanges
 from .int8 import check_ranges, int8_graph_scales, quantize_static, resolve_int8
@@ -94,8 +94,7 @@ def unsupported_ops(model_bytes):
     names = []
     for i in range(model.OperatorCodesLength()):
         code = model.OperatorCodes(i)
-        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        if builtin == schema.BuiltinOperator.CUSTOM:
+        if builtin_code(code) == schema.BuiltinOperator.CUSTOM:
             names.append((code.CustomCode() or b"?").decode("utf-8"))
     return names
 
@@ -202,7 +201,7 @@ def convert_full_integer(model, calibration, batch_size=32):
     converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
     converter.inference_output_type = tf.int16
     try:
-        model_bytes = raw_pixel_input(converter.convert())
+        model_bytes = explicit_transposes(raw_pixel_input(converter.convert()))  # GPU-safe, as every mode
     except (RuntimeError, ValueError) as error:  # an op with no 16x8 kernel: the converter names it
         raise ValueError(f"the npu target (full integer, int16 activations) can't express this model: {error}") \
             from error

@@ -12,9 +12,10 @@ values, one cheap op more per flag.
 """
 
 import copy
-import functools
 
 import numpy as np
+
+from .flatbuffer import builtin_code, builtin_name, type_names
 
 # TRANSPOSE's op version by its input's tensor type and rank (TFLite's op_version.cc: int8 v2, bool v3, rank 5 v4,
 # int16 v5, rank 6 v6); float32 and anything else at rank <= 4: v1.
@@ -27,17 +28,6 @@ def schema_module():
     return schema
 
 
-@functools.cache
-def op_names(schema):
-    """{builtin op code: name} of the flatbuffer schema module ``schema``."""
-    return {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-
-
-def builtin_name(schema, code):
-    """An OperatorCode's builtin op name (CUSTOM for a custom op)."""
-    return op_names(schema).get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "CUSTOM")
-
-
 def adjoint_matmuls(model_bytes):
     """[(subgraph, op index, "adj_x" / "adj_y")] of every BATCH_MATMUL flag set in a .tflite flatbuffer."""
     schema = schema_module()
@@ -47,7 +37,7 @@ def adjoint_matmuls(model_bytes):
         graph = model.Subgraphs(s)
         for i in range(graph.OperatorsLength()):
             op = graph.Operators(i)
-            if builtin_name(schema, model.OperatorCodes(op.OpcodeIndex())) != "BATCH_MATMUL":
+            if builtin_name(model.OperatorCodes(op.OpcodeIndex())) != "BATCH_MATMUL":
                 continue
             table = op.BuiltinOptions()
             if table is None:
@@ -58,11 +48,10 @@ def adjoint_matmuls(model_bytes):
     return flagged
 
 
-def transpose_version(schema, tensor):
+def transpose_version(tensor):
     """TRANSPOSE's op version for ``tensor`` (TensorT) as its input."""
-    type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
     rank = len(tensor.shape) if tensor.shape is not None else 0
-    return max(TRANSPOSE_TYPE_VERSIONS.get(type_names[tensor.type], 1), 4 if rank > 4 else 1, 6 if rank > 5 else 1)
+    return max(TRANSPOSE_TYPE_VERSIONS.get(type_names()[tensor.type], 1), 4 if rank > 4 else 1, 6 if rank > 5 else 1)
 
 
 class Rewriter:
@@ -111,7 +100,7 @@ class Rewriter:
         graph.tensors.append(tensor)
         output = len(graph.tensors) - 1
         op = self.schema.OperatorT()
-        op.opcodeIndex = self.opcode(transpose_version(self.schema, source))
+        op.opcodeIndex = self.opcode(transpose_version(source))
         op.inputs = np.array([index, self.perm(graph, len(source.shape))], dtype=np.int32)
         op.outputs = np.array([output], dtype=np.int32)
         op.builtinOptionsType = self.schema.BuiltinOptions.TransposeOptions
@@ -138,7 +127,7 @@ def explicit_transposes(model_bytes):
     model = unpack_model(model_bytes)
     rewriter = Rewriter(schema, model)
     matmuls = {i for i, code in enumerate(model.operatorCodes)
-               if max(code.builtinCode, code.deprecatedBuiltinCode) == schema.BuiltinOperator.BATCH_MATMUL}
+               if builtin_code(code) == schema.BuiltinOperator.BATCH_MATMUL}
     for graph in model.subgraphs:
         operators = []
         for op in graph.operators:

@@ -6,7 +6,8 @@ and the newer ``ai_edge_litert.compiled_model.CompiledModel``. Latency is the me
 is the per-op profile: which ops XNNPACK runs and which fall back to the slower
 reference kernels, splitting the graph into more partitions. ``gpu_delegate.gpu_report`` names the ops the
 LiteRT GPU delegate would refuse or is known to compute wrongly, checked statically (no GPU runs here);
-``runtime_version.required_runtime`` the oldest TFLite runtime that runs the file.
+``npu.npu_report`` whether Qualcomm's and MediaTek's LiteRT NPU plugins would take the file whole, also
+statically; ``runtime_version.required_runtime`` the oldest TFLite runtime that runs the file.
 """
 
 import os
@@ -21,6 +22,7 @@ from vit_keras.training.evaluation import label_mapping
 from vit_keras.training.runs import data_split
 
 from . import metadata as tflite_metadata
+from . import npu
 from .gpu_delegate import ISSUE_URLS, gpu_report, litert_gpu_coverage
 from .graph import keras_scores
 from .runtime import latency_ms, op_precisions, tflite_scores
@@ -70,6 +72,45 @@ def gpu_cell(row):
     return "; ".join(parts) or "none"
 
 
+def npu_cell(row):
+    """The table's "NPU" cell: which vendors' LiteRT NPU plugins take the file whole, what each refuses, or that
+    the file is not full-integer (``npu.npu_cell``); "-" for a row without an NPU report."""
+    report = row.get("npu")
+    return "-" if report is None else npu.npu_cell(report)
+
+
+def gpu_whole(row):
+    """True where the GPU delegate's static check passes every op (none refused, none known to compute wrongly)
+    and LiteRT's GPU accelerator, where it could start, left no op to the CPU; None where the row has no GPU
+    check."""
+    if row.get("gpu_refused") is None:
+        return None
+    return not row["gpu_refused"] and not row.get("gpu_wrong") and row.get("litert_gpu") is not False
+
+
+def accelerators(row):
+    """What can run the file whole: the CPU always (LiteRT's kernels run every builtin op), then "GPU delegate"
+    and "NPU (vendor, ...)" where their static checks pass."""
+    names = ["CPU"]
+    if gpu_whole(row):
+        names.append("GPU delegate")
+    report = row.get("npu")
+    whole = [vendor for vendor, verdict in (report or {}).get("vendors", {}).items()
+             if report["full_integer"] and verdict["whole"]]
+    if whole:
+        names.append(f"NPU ({', '.join(whole)})")
+    return names
+
+
+def accelerator_note(rows):
+    """The line under the table on which accelerators run each file whole, and what the NPU column checks."""
+    files = "; ".join(f"{row['file']}: {', '.join(accelerators(row))}" for row in rows)
+    return (f"Runs whole on: {files}. NPU: each op of the file against the partition rules of LiteRT's Qualcomm "
+            "(QNN HTP) and MediaTek (NeuroPilot) compiler plugins, checked statically; a float file is not "
+            "full-integer, which NPUs need (`vit-keras export --target npu` writes one). \"whole\" is necessary, "
+            "not sufficient: each op's shape checks and the vendor SDK's own say are not modelled.")
+
+
 def runtime_cell(row):
     """The table's "runtime" cell: the oldest TFLite version that runs the file, from its op versions."""
     runtime = row.get("runtime")
@@ -108,6 +149,7 @@ def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, r
     scores = tflite_scores(tflite_path, images) if scores is None else scores
     float_ops, integer_ops = op_precisions(tflite_path)
     gpu = gpu_report(tflite_path)
+    npu_verdict = npu.npu_report(tflite_path)
     runtime = required_runtime(tflite_path)
     row = {
         "file": os.path.basename(os.fspath(tflite_path)),
@@ -117,6 +159,7 @@ def verify(tflite_path, keras_scores, labels, images, threads=(1, 2), runs=50, r
         "gpu_reasons": gpu["reasons"],
         "gpu_wrong": gpu["wrong"],
         "gpu_issues": gpu["issues"],
+        "npu": npu_verdict,
         "runtime": runtime,
         "litert_gpu": litert_gpu_coverage(tflite_path),
         "size_mb": os.path.getsize(tflite_path) / 1e6,
@@ -159,13 +202,13 @@ def format_table(rows, threads=(1, 2), runtimes=RUNTIMES, split="test"):
     short = {"interpreter": "Interpreter", "compiled": "CompiledModel"}
     latency_cols = [(f"{r}_{n}t_ms", f"{short[r]} {n}T ms") for r in runtimes for n in threads]
     header = ["file", "size MB", "runtime"] + [title for _, title in latency_cols] + [
-        "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff", "GPU delegate", "ops in float"]
+        "top-1 agreement", f"{split} accuracy (Keras)", "max abs diff", "NPU", "GPU delegate", "ops in float"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [row["file"], f"{row['size_mb']:.2f}", runtime_cell(row)] + [
             f"{row[key]:.2f}" if key in row else "-" for key, _ in latency_cols] + [
             f"{100 * row['agreement']:.2f}%", accuracy_cell(row),
-            f"{row['max_abs_diff']:.4f}", gpu_cell(row), float_ops_cell(row)]
+            f"{row['max_abs_diff']:.4f}", npu_cell(row), gpu_cell(row), float_ops_cell(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -234,5 +277,5 @@ def verify_files(tflite_paths, keras_path, data, split="test", limit=None, runs=
     rows = [verify(path, reference, labels, None, threads=threads, runs=runs, scores=np.concatenate(scores[path]))
             for path in tflite_paths]
     return (f"{data_line(len(reference), split, data, source, mapping)}; latency at batch 1, median of {runs} runs "
-            "after warm-up.\n\n" + format_table(rows, threads, split=split) + "\n\n" + gpu_note(rows) + "\n\n"
-            + runtime_note(rows))
+            "after warm-up.\n\n" + format_table(rows, threads, split=split) + "\n\n" + accelerator_note(rows)
+            + "\n\n" + gpu_note(rows) + "\n\n" + runtime_note(rows))

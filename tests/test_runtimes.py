@@ -13,6 +13,7 @@ from app_models import train_fashion_run
 from vit_keras.constants import COMPAT_DIR, COMPAT_RUNTIMES, QUANTIZATIONS
 from vit_keras.convert import export as tflite_export
 from vit_keras.convert import tflite
+from vit_keras.convert.flatbuffer import builtin_code
 from vit_keras.convert.gpu_delegate import gpu_report
 from vit_keras.convert.metadata import read_min_runtime_version
 from vit_keras.convert.runtime_version import describe, required_runtime, runs_under
@@ -48,7 +49,7 @@ def matmul_flags(path):
         for i in range(graph.OperatorsLength()):
             op = graph.Operators(i)
             code = model.OperatorCodes(op.OpcodeIndex())
-            if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) == schema.BuiltinOperator.BATCH_MATMUL:
+            if builtin_code(code) == schema.BuiltinOperator.BATCH_MATMUL:
                 options = schema.BatchMatMulOptions()
                 options.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
                 flags.append((options.AdjX(), options.AdjY()))

@@ -1,7 +1,8 @@
 """`vit-keras export`: a trained .keras ViT -> .tflite with metadata (labels, normalization) for Android/MediaPipe."""
 
 HELP = "Export a trained ViT (.keras) to TFLite (float32|float16|dynamic|int8) with metadata."
-from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, INT8_ACTIVATIONS, INT8_RANGES, QUANTIZATIONS
+from vit_keras.constants import (DEFAULT_CALIBRATION_IMAGES, EXPORT_TARGETS, INT8_ACTIVATIONS, INT8_RANGES,
+                                 QUANTIZATIONS)
 
 
 def add_arguments(parser):
@@ -32,6 +33,12 @@ def add_arguments(parser):
                         help="static int8: keep in float what makes top-1 agreement with Keras, on a held-out part of "
                              "the calibration images (5 / (1 - FRACTION) of them), at least this, in the smallest "
                              "file (e.g. 0.995, with --calibration-size 1300); prints the rows tried")
+    parser.add_argument("--target", choices=EXPORT_TARGETS, default="cpu",
+                        help="what runs the file: cpu (default: the file --quantize gives, for LiteRT's CPU and GPU "
+                             "paths) or npu (a full-integer file for phone NPUs through LiteRT's NPU plugins: int8 "
+                             "weights, int16 activations, uint8 input, int16 scores; needs --quantize int8 and "
+                             "--calibration, and takes none of --int8-activations, --ranges, --min-agreement, "
+                             "--attention-output, --dynamic-batch)")
     parser.add_argument("--out", default="model.tflite",
                         help="output .tflite, written atomically (default: %(default)s)")
     parser.add_argument("--labels", default=None, metavar="FILE",
@@ -71,10 +78,11 @@ def run(args):
         args.model, args.out, quantize=args.quantize, calibration=args.calibration, labels=args.labels,
         dynamic_batch=args.dynamic_batch, calibration_size=args.calibration_size,
         min_agreement=args.min_agreement, ranges=args.ranges, int8_activations=args.int8_activations,
-        attention_output=args.attention_output, name=args.name,
+        attention_output=args.attention_output, target=args.target, name=args.name,
         description=args.description, version=args.version, license=args.license,
     )
-    print(f"wrote {summary['path']} ({summary['bytes'] / 1e6:.2f} MB, {summary['quantize']}, input "
+    mode = summary["quantize"] + (", npu target" if args.target == "npu" else "")
+    print(f"wrote {summary['path']} ({summary['bytes'] / 1e6:.2f} MB, {mode}, input "
           f"{summary['input_dtype']} {summary['input_shape']}, {summary['labels']} labels); "
           f"runs on {summary['runtime']}")
     if "sweep" in summary:
