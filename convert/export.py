@@ -20,11 +20,11 @@ from vit_keras.validation import check_keywords
 from . import metadata as tflite_metadata
 from .attention_output import ATTENTION_LABELS, attention_labels, attention_metadata
 from .graph import check_vit, takes_raw_pixels
-from .int8 import check_int8_options, resolve_int8, split_float_ops
+from .int8 import check_int8_options, split_float_ops
 from .runtime_version import describe as describe_runtime
 from .runtime_version import required_runtime
 from .sensitivity import check_min_agreement, convert_fewest_float_ops
-from .tflite import calibration_images, check_litert_runs, convert, load_vit
+from .tflite import ExportPlan, check_litert_runs, convert_plan, load_vit
 
 METADATA_FIELDS = ("name", "description", "version", "license", "author")  # classifier_metadata's keywords
 BYTES_PER_WEIGHT = {"float32": 4, "float16": 2, "dynamic": 1, "int8": 1}
@@ -200,16 +200,14 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     num_classes = model.vit_config["num_classes"]
     if len(labels) != num_classes:
         raise ValueError(f"`labels` has {len(labels)} names but the model has {num_classes} classes.")
-    if quantize == "int8":
-        int8_activations, float_ops, ranges = resolve_int8(model, int8_activations, float_ops, ranges, min_agreement,
-                                                           target)
-        calibration = calibration_images(calibration, model, limit=calibration_size)
+    plan = ExportPlan.resolve(model, quantize, calibration, calibration_size, dynamic_batch, float_ops,
+                              attention_output, ranges, int8_activations, target, min_agreement)
     sweep = None
     if min_agreement is not None:
-        model_bytes, sweep = convert_fewest_float_ops(model, calibration, dynamic_batch, min_agreement, ranges)
+        model_bytes, sweep = convert_fewest_float_ops(model, plan.calibration, dynamic_batch, min_agreement,
+                                                      plan.ranges)
     else:
-        model_bytes = convert(model, quantize, calibration, dynamic_batch, float_ops, attention_output, ranges,
-                              int8_activations, target)
+        model_bytes = convert_plan(model, plan)
     detail = check_litert_runs(model_bytes, quantize)
     meta = classifier_metadata(model, labels, quantize, detail["dtype"], **metadata_fields)
     files = {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"}

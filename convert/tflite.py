@@ -3,6 +3,7 @@
 ``export.export_tflite`` builds on this: it adds metadata and writes the file.
 """
 
+import dataclasses
 import os
 import re
 
@@ -106,28 +107,64 @@ def check_builtin_ops(model_bytes, quantize):
                          "vit-keras exports TFLite builtin ops only (no Flex/SELECT_TF_OPS or custom ops).")
 
 
+@dataclasses.dataclass(frozen=True)
+class ExportPlan:
+    """One conversion, decided once: the mode, int8's resolved choices and its calibration images.
+
+    activations: int8 only, "dynamic", "static" or "int16" (the npu target; ``int8.resolve_int8``);
+    float_ops, ranges: static int8's; calibration: int8's uint8 images at the model's size (``calibration_images``).
+    """
+
+    quantize: str = "float32"
+    target: str = "cpu"
+    activations: str = None
+    float_ops: tuple = None
+    ranges: str = None
+    dynamic_batch: bool = False
+    attention_output: bool = False
+    calibration: np.ndarray = dataclasses.field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def resolve(cls, model, quantize="float32", calibration=None, calibration_size=None, dynamic_batch=False,
+                float_ops=None, attention_output=False, ranges=None, activations="auto", target="cpu",
+                min_agreement=None):
+        """The plan for ``model``: "auto" int8 decided, defaults filled in, calibration images read and fitted
+        (the first ``calibration_size``; None: all)."""
+        if quantize not in QUANTIZATIONS:
+            raise ValueError(f"Unknown `quantize`={quantize!r}; valid values are {', '.join(QUANTIZATIONS)}.")
+        if quantize != "int8":
+            return cls(quantize, target, dynamic_batch=dynamic_batch, attention_output=attention_output)
+        activations, float_ops, ranges = resolve_int8(model, activations, float_ops, ranges, min_agreement, target)
+        return cls(quantize, target, activations, None if float_ops is None else tuple(float_ops), ranges,
+                   dynamic_batch, attention_output, calibration_images(calibration, model, limit=calibration_size))
+
+
 def convert(model, quantize="float32", calibration=None, dynamic_batch=False, float_ops=None,
             attention_output=False, ranges=None, activations="auto", target="cpu"):
     """Converted flatbuffer bytes (no metadata yet); ValueError for anything but builtin ops.
 
     attention_output: a second output, the attention rollout (``attention_output.rollout_graph``).
     activations, float_ops, ranges, target: int8's (``int8.resolve_int8``)."""
-    activations, float_ops, ranges = resolve_int8(model, activations, float_ops, ranges, target=target)
-    if quantize == "int8":
-        calibration = calibration_images(calibration, model, limit=None)
-    if quantize == "int8" and activations == "int16":
-        return convert_full_integer(model, calibration)
-    model_bytes = convert_graph(model, quantize, calibration, dynamic_batch, attention_output=attention_output,
-                                ranges=ranges, activations=activations)
-    if quantize == "int8" and activations == "dynamic":
+    return convert_plan(model, ExportPlan.resolve(model, quantize, calibration, None, dynamic_batch, float_ops,
+                                                  attention_output, ranges, activations, target))
+
+
+def convert_plan(model, plan):
+    """``convert`` of a resolved ``ExportPlan``."""
+    if plan.activations == "int16":
+        return convert_full_integer(model, plan.calibration)
+    model_bytes = convert_graph(model, plan.quantize, plan.calibration, plan.dynamic_batch,
+                                attention_output=plan.attention_output, ranges=plan.ranges,
+                                activations=plan.activations or "static")
+    if plan.activations == "dynamic":
         # Every calibration image feeds GPTQ's X^T X: 64 images of 37 tokens left a 96-px model's 768-wide Gram
         # matrices ill-estimated (99.45% agreement on CIFAR-10 against 99.85% with all 300).
-        model_bytes = int8_from_float(model_bytes, to_rgb(calibration))
-    elif quantize == "int8":
-        model_bytes = quantize_static(model, model_bytes, float_ops, attention_output)
+        model_bytes = int8_from_float(model_bytes, to_rgb(plan.calibration))
+    elif plan.quantize == "int8":
+        model_bytes = quantize_static(model, model_bytes, plan.float_ops, plan.attention_output)
     model_bytes = explicit_transposes(model_bytes)  # GPU-safe: no BATCH_MATMUL reads an operand transposed
-    check_builtin_ops(model_bytes, quantize)
-    if not attention_output:
+    check_builtin_ops(model_bytes, plan.quantize)
+    if not plan.attention_output:
         return bytes(model_bytes)
     return scores_output_first(model_bytes)
 
