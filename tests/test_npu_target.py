@@ -21,9 +21,11 @@ from vit_keras.convert.integer_norm import VarianceRanges, piecewise_rsqrt, sum_
 LABELS = [f"class_{i}" for i in range(10)]
 TINY = dict(image_size=28, patch_size=7, channels=1, hidden_size=32, num_heads=2, mlp_dim=32, num_layers=1,
             num_classes=10, include_preprocessing=True)
-# Named variants the float parity tests of test_convert.py export: plain (class token), GAP, LSA, the r8 hybrid.
-VARIANTS = {"plain": {}, "gap": dict(pooling="gap", class_token=False),
-            "lsa": dict(locality_attention=True, num_layers=2), "resnet_r8": dict(stem="r8", patch_size=4)}
+# Named variants the float parity tests of test_convert.py export: plain (class token), GAP, sequence pooling, LSA,
+# the conv stem and the r8 hybrid.
+VARIANTS = {"plain": {}, "gap": dict(pooling="gap", class_token=False), "sequence": dict(pooling="sequence"),
+            "lsa": dict(locality_attention=True, num_layers=2), "conv_stem": dict(stem="conv", patch_size=4),
+            "resnet_r8": dict(stem="r8", patch_size=4)}
 
 
 def tiny_model(seed=0, **changes):
