@@ -13,10 +13,11 @@ import keras
 from vit_keras.apps import cli
 from vit_keras.constants import EXPORT_TARGETS, MIN_CALIBRATION_IMAGES
 from vit_keras.convert import export as tflite_export
-from vit_keras.convert import flatbuffer, npu
+from vit_keras.convert import flatbuffer, npu, tflite
 from vit_keras.convert import metadata as tflite_metadata
 from vit_keras.convert.graph import concrete_function, forward, keras_scores
 from vit_keras.convert.integer_norm import VarianceRanges, piecewise_rsqrt, sum_of_squares
+from vit_keras.convert.runtime import tflite_scores
 
 LABELS = [f"class_{i}" for i in range(10)]
 TINY = dict(image_size=28, patch_size=7, channels=1, hidden_size=32, num_heads=2, mlp_dim=32, num_layers=1,
@@ -122,22 +123,6 @@ def npu_file(tmp_path_factory):
     return types.SimpleNamespace(model=model, path=path, summary=summary, test=images(16, seed=4))
 
 
-def dequantized_scores(path, test):
-    """The file's scores of uint8 images, its int16 output dequantized (scale, zero point)."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_path=str(path))
-    interpreter.allocate_tensors()
-    (source,), (output,) = interpreter.get_input_details(), interpreter.get_output_details()
-    scale, zero = output["quantization"]
-    scores = []
-    for image in np.repeat(test, 3, axis=-1):
-        interpreter.set_tensor(source["index"], image[None])
-        interpreter.invoke()
-        scores.append((interpreter.get_tensor(output["index"])[0].astype("float32") - zero) * scale)
-    return np.stack(scores)
-
-
 def test_npu_file_is_integer_from_uint8_pixels_to_int16_scores(npu_file):
     from ai_edge_litert.interpreter import Interpreter
 
@@ -160,10 +145,31 @@ def test_npu_file_is_integer_from_uint8_pixels_to_int16_scores(npu_file):
 def test_npu_file_agrees_with_keras(npu_file):
     """Measured on this seed: 16/16 top-1 agreement, mean abs score difference ~0.002 (scores are int16)."""
     reference = keras_scores(npu_file.model, npu_file.test)
-    scores = dequantized_scores(npu_file.path, npu_file.test)
+    scores = tflite_scores(npu_file.path, npu_file.test)  # the int16 output dequantized
     np.testing.assert_allclose(scores.sum(-1), 1.0, atol=0.01)
     assert np.mean(scores.argmax(-1) == reference.argmax(-1)) >= 0.9
     assert np.abs(scores - reference).mean() < 0.01
+
+
+def test_compiled_model_reads_the_int16_scores_as_the_interpreter_does(npu_file):
+    """ai-edge-litert's CompiledModel reads no int16 buffer; the runner reads its bytes (the npu file's output)."""
+    interpreter = tflite_scores(npu_file.path, npu_file.test[:4])
+    compiled = tflite_scores(npu_file.path, npu_file.test[:4], runtime="compiled")
+    np.testing.assert_array_equal(interpreter, compiled)
+    assert abs(float(interpreter.sum(-1).mean()) - 1.0) < 0.02  # softmax scores, dequantized
+
+
+def test_a_file_left_with_float_ops_is_refused_by_name(npu_file, tmp_path, monkeypatch):
+    """Never a file that claims to be full integer and isn't: the converter's output is checked op by op (here it
+    is made to return a float32 file, as a model with an op that has no 16x8 kernel would leave float islands)."""
+    float_path = tmp_path / "float32.tflite"
+    tflite_export.export_tflite(npu_file.model, float_path, quantize="float32", labels=LABELS)
+    monkeypatch.setattr(tflite, "raw_pixel_input", lambda model_bytes: float_path.read_bytes())
+    with pytest.raises(ValueError, match=r"integer throughout.*ops compute in float: (CONV_2D|FULLY_CONNECTED|ADD)"):
+        tflite_export.export_tflite(npu_file.model, tmp_path / "npu.tflite", quantize="int8", labels=LABELS,
+                                    target="npu", calibration=images(MIN_CALIBRATION_IMAGES, seed=3),
+                                    calibration_size=MIN_CALIBRATION_IMAGES)
+    assert not (tmp_path / "npu.tflite").exists()
 
 
 def test_verify_states_which_accelerators_run_each_file_whole(npu_file, tmp_path):
