@@ -63,9 +63,13 @@ def opcode_index(model, builtin, version):
 
 
 def is_constant(model, tensor):
-    """Whether a tensor holds weights (a non-empty buffer) rather than values computed as the graph runs."""
+    """Whether a tensor holds weights (a non-empty buffer) rather than values computed as the graph runs. A buffer
+    is inline data, or (as ai-edge-quantizer writes them) an offset and size into bytes after the flatbuffer."""
     buffer = model.buffers[tensor.buffer] if tensor.buffer < len(model.buffers) else None
-    return buffer is not None and buffer.data is not None and len(buffer.data) > 0
+    if buffer is None:
+        return False
+    inline = buffer.data is not None and len(buffer.data) > 0
+    return inline or (getattr(buffer, "offset", 0) > 1 and getattr(buffer, "size", 0) > 0)
 
 
 def float_compute_ops(model_bytes):
