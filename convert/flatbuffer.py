@@ -62,6 +62,18 @@ def opcode_index(model, builtin, version):
     return len(model.operatorCodes) - 1
 
 
+def unpack_inline(model_bytes):
+    """``unpack_model`` with every buffer's bytes inline: a file may keep them after the flatbuffer, addressed by
+    offset and size (ai-edge-quantizer writes its files so), which packing the object tree again would drop."""
+    model = unpack_model(model_bytes)
+    for buffer in model.buffers:
+        offset, size = getattr(buffer, "offset", 0), getattr(buffer, "size", 0)
+        if offset > 1 and size > 0:
+            buffer.data = np.frombuffer(model_bytes, np.uint8, count=size, offset=offset).copy()
+            buffer.offset = buffer.size = 0
+    return model
+
+
 def is_constant(model, tensor):
     """Whether a tensor holds weights (a non-empty buffer) rather than values computed as the graph runs. A buffer
     is inline data, or (as ai-edge-quantizer writes them) an offset and size into bytes after the flatbuffer."""

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from .flatbuffer import op_names
+from .flatbuffer import op_names, unpack_inline
 from .graph import keras_scores
 from .metadata import pack_model, unpack_model
 from .runtime import model_input, prepare, preserving_interpreter
@@ -62,7 +62,7 @@ def float_twin(model_bytes):
     maps to its input, the value before rounding."""
     from ai_edge_litert import schema_py_generated as schema
 
-    model = unpack_model(model_bytes)
+    model = unpack_inline(model_bytes)
     graph, codes = model.subgraphs[0], op_names(model)
     for tensor in graph.tensors:
         if not is_quantized(tensor):
@@ -175,13 +175,13 @@ class ErrorTotals:
 def feeds(path, images):
     """(the int8 file's input, its float twin's) for uint8 ``images``: the file's own input form (verify.prepare),
     and the float values that input stands for."""
-    dtype, _, norm = model_input(path)
-    batch = prepare(images, dtype, norm)
-    if not np.issubdtype(batch.dtype, np.integer):
-        return batch, batch
     from ai_edge_litert.interpreter import Interpreter
 
+    dtype, _, norm = model_input(path)
     scale, zero = Interpreter(model_path=str(path)).get_input_details()[0]["quantization"]
+    batch = prepare(images, dtype, norm, quantization=(scale, zero))
+    if not np.issubdtype(batch.dtype, np.integer):
+        return batch, batch
     return batch, (batch.astype(np.float32) - zero) * (scale or 1.0)
 
 

@@ -27,15 +27,24 @@ def model_input(path):
     return np.dtype(detail["dtype"]), tuple(int(v) for v in detail["shape"]), norm
 
 
-def prepare(images, dtype, norm, channels=3):
-    """uint8 (N, H, W, 1|3) images -> the model's RGB input (raw uint8, or float normalized per the metadata)."""
+def prepare(images, dtype, norm, channels=3, quantization=None):
+    """uint8 (N, H, W, 1|3) images -> the model's RGB input: raw uint8 pixels, or normalized per the metadata, and
+    for an integer input then quantized with its (scale, zero point) (``quantization``, the input detail's)."""
     images = np.asarray(images)
     if images.shape[-1] == 1 and channels == 3:
         images = np.repeat(images, 3, axis=-1)
-    if dtype == np.uint8:
+    scale, zero = quantization or (0.0, 0)
+    raw = norm is None or (list(norm[0]) == [0.0] and list(norm[1]) == [1.0])
+    if dtype == np.uint8 and raw and (not scale or (scale, zero) == (1.0, 0)):
         return images.astype(np.uint8)
     mean, std = (np.asarray(v, "float32") for v in (norm or ([0.0], [1.0])))
-    return ((images.astype("float32") - mean) / std).astype(dtype)
+    normalized = (images.astype("float32") - mean) / std
+    if not np.issubdtype(dtype, np.integer):
+        return normalized.astype(dtype)
+    if not scale:
+        raise ValueError(f"the model's {np.dtype(dtype).name} input has no quantization scale to take pixels by.")
+    info = np.iinfo(dtype)
+    return np.clip(np.round(normalized / scale) + zero, info.min, info.max).astype(dtype)
 
 
 class InterpreterRunner:
@@ -46,7 +55,7 @@ class InterpreterRunner:
         self.interpreter.allocate_tensors()
         self.input = self.interpreter.get_input_details()[0]
         self.output = self.interpreter.get_output_details()[0]
-        self.output_quantization = self.output["quantization"]
+        self.input_quantization, self.output_quantization = self.input["quantization"], self.output["quantization"]
 
     def set_input(self, batch):
         self.interpreter.set_tensor(self.input["index"], batch)
@@ -70,7 +79,7 @@ class CompiledModelRunner:
         self.outputs = self.model.create_output_buffers(0)
         details = InterpreterRunner(path, threads=1)  # shapes and dtypes of the signature
         self.output_shape, self.output_dtype = details.output["shape"], np.dtype(details.output["dtype"])
-        self.output_quantization = details.output_quantization
+        self.input_quantization, self.output_quantization = details.input_quantization, details.output_quantization
 
     def set_input(self, batch):
         self.inputs[0].write(batch)
@@ -96,7 +105,8 @@ def latency_ms(path, runtime="interpreter", threads=2, runs=50, warmup=10):
     run = runner(path, runtime, threads)
     dtype, shape, norm = model_input(path)
     rng = np.random.default_rng(0)
-    run.set_input(prepare(rng.integers(0, 256, (1, *shape[1:]), dtype=np.uint8), dtype, norm))
+    run.set_input(prepare(rng.integers(0, 256, (1, *shape[1:]), dtype=np.uint8), dtype, norm,
+                          quantization=run.input_quantization))
     for _ in range(warmup):
         run.invoke()
     return median_invoke_ms(run, runs)
@@ -116,7 +126,7 @@ def tflite_scores(path, images, runtime="interpreter", threads=2):
     """Scores (N, classes) of a batch-1 .tflite classifier on uint8 images; an integer output dequantized."""
     run = runner(path, runtime, threads)
     dtype, _, norm = model_input(path)
-    batch = prepare(images, dtype, norm)
+    batch = prepare(images, dtype, norm, quantization=run.input_quantization)
     scale, zero = run.output_quantization
     scores, ticker = [], Ticker(f"scoring {os.path.basename(os.fspath(path))}", len(batch))
     for image in batch:
