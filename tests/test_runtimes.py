@@ -222,3 +222,19 @@ def test_each_mode_under_the_oldest_runtime_it_claims(files, fashion_test, tmp_p
         decided = top2[:, 1] - top2[:, 0] > 0.05
         assert np.all(theirs.argmax(-1)[decided] == ours.argmax(-1)[decided]), mode
         assert np.mean(theirs.argmax(-1) == ours.argmax(-1)) >= 0.98, mode
+
+
+def test_prepare_quantizes_an_integer_input_by_its_scale_and_zero_point():
+    """An int8 or int16 input (ai-edge-quantizer's static files) takes the normalized pixels quantized with the
+    input's own scale and zero point, not raw pixels cast to its type; a raw uint8 input takes the pixels as they are."""
+    from vit_keras.convert.runtime import prepare
+
+    pixels = np.array([[[[0, 128, 255]]]], np.uint8)
+    raw = prepare(pixels, np.uint8, ([0.0], [1.0]), quantization=(1.0, 0))
+    assert raw.dtype == np.uint8 and raw.tolist() == pixels.tolist()
+    int16 = prepare(pixels, np.int16, ([0.0], [1.0]), quantization=(0.01, 0))
+    assert int16.dtype == np.int16 and int16.ravel().tolist() == [0, 12800, 25500]
+    int8 = prepare(pixels, np.int8, ([127.5], [127.5]), quantization=(1 / 127.5, -1))
+    assert int8.ravel().tolist() == [-128, -1, 126]  # (x - 127.5) / 127.5 / scale + zero, clipped to int8
+    with pytest.raises(ValueError, match="no quantization scale"):
+        prepare(pixels, np.int8, ([0.0], [1.0]))
