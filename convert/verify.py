@@ -105,8 +105,8 @@ def accelerators(row):
 def accelerator_note(rows):
     """The line under the table on which accelerators run each file whole, and what the NPU column checks."""
     files = "; ".join(f"{row['file']}: {', '.join(accelerators(row))}" for row in rows)
-    return (f"Runs whole on: {files}. NPU: each op of the file against the partition rules of LiteRT's Qualcomm "
-            "(QNN HTP) and MediaTek (NeuroPilot) compiler plugins, checked statically; a float file is not "
+    return (f"Runs whole on: {files}. NPU: each op of the file against the partition rules of the Qualcomm "
+            "(QNN HTP) and MediaTek (NeuroPilot) NPU compiler plugins, checked statically; a float file is not "
             "full-integer, which NPUs need (`vit-keras export --target npu` writes one). \"whole\" is necessary, "
             "not sufficient: each op's shape checks and the vendor SDK's own say are not modelled.")
 
