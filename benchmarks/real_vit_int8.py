@@ -133,14 +133,10 @@ def npu_graph_float32(model, labels, calibration, path):
 
     from vit_keras.convert import metadata as tflite_metadata
     from vit_keras.convert.export import classifier_metadata
-    from vit_keras.convert.graph import concrete_function, forward
-    from vit_keras.convert.integer_norm import VarianceRanges
+    from vit_keras.convert.graph import concrete_function
+    from vit_keras.convert.tflite import calibrated_variances
 
-    variances = VarianceRanges()
-    for start in range(0, len(calibration), 32):
-        forward(model, tf.constant(calibration[start:start + 32], tf.float32), raw_pixels=True, variances=variances)
-    variances.recording = False
-    function = concrete_function(model, raw_pixels=True, variances=variances)
+    function = concrete_function(model, raw_pixels=True, variances=calibrated_variances(model, calibration))
     converted = tf.lite.TFLiteConverter.from_concrete_functions([function]).convert()
     meta = classifier_metadata(model, labels, "int8", np.float32)  # raw 0-255 pixels: mean 0, std 1
     data = tflite_metadata.populate(converted, meta, {"labels.txt": ("\n".join(labels) + "\n").encode()})

@@ -62,14 +62,18 @@ def opcode_index(model, builtin, version):
     return len(model.operatorCodes) - 1
 
 
+def stored_after(buffer):
+    """Whether a buffer's bytes sit after the flatbuffer, addressed by offset and size (ai-edge-quantizer's files)."""
+    return getattr(buffer, "offset", 0) > 1 and getattr(buffer, "size", 0) > 0
+
+
 def unpack_inline(model_bytes):
     """``unpack_model`` with every buffer's bytes inline: a file may keep them after the flatbuffer, addressed by
     offset and size (ai-edge-quantizer writes its files so), which packing the object tree again would drop."""
     model = unpack_model(model_bytes)
     for buffer in model.buffers:
-        offset, size = getattr(buffer, "offset", 0), getattr(buffer, "size", 0)
-        if offset > 1 and size > 0:
-            buffer.data = np.frombuffer(model_bytes, np.uint8, count=size, offset=offset).copy()
+        if stored_after(buffer):
+            buffer.data = np.frombuffer(model_bytes, np.uint8, count=buffer.size, offset=buffer.offset).copy()
             buffer.offset = buffer.size = 0
     return model
 
@@ -80,8 +84,7 @@ def is_constant(model, tensor):
     buffer = model.buffers[tensor.buffer] if tensor.buffer < len(model.buffers) else None
     if buffer is None:
         return False
-    inline = buffer.data is not None and len(buffer.data) > 0
-    return inline or (getattr(buffer, "offset", 0) > 1 and getattr(buffer, "size", 0) > 0)
+    return (buffer.data is not None and len(buffer.data) > 0) or stored_after(buffer)
 
 
 def float_compute_ops(model_bytes):

@@ -220,18 +220,26 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
     return model_bytes
 
 
-def convert_full_integer(model, calibration, batch_size=32):
+def calibrated_variances(model, calibration, batch_size=32):
+    """The npu graph's ``VarianceRanges``: each normalization's largest variance over uint8 ``calibration`` images,
+    from an eager pass a batch at a time (one float copy of a batch, not of the set)."""
+    import tensorflow as tf
+
+    variances = VarianceRanges()
+    for start in range(0, len(calibration), batch_size):
+        batch = tf.constant(to_rgb(calibration[start:start + batch_size]))
+        forward(model, batch, raw_pixels=True, variances=variances)
+    variances.recording = False
+    return variances
+
+
+def convert_full_integer(model, calibration):
     """The "npu" target: every op from the uint8 input to the int16 scores in integers, int8 weights and int16
     activations (TFLite's 16x8 mode), over the graph whose LayerNorms hold in int16 (``integer_norm``).
     ValueError, naming the ops, if any op is left computing in float."""
     import tensorflow as tf
 
-    variances = VarianceRanges()
-    rgb = to_rgb(calibration)
-    for start in range(0, len(rgb), batch_size):  # eager: each normalization's largest variance
-        forward(model, tf.constant(rgb[start:start + batch_size]), raw_pixels=True, variances=variances)
-    variances.recording = False
-    function = concrete_function(model, raw_pixels=True, variances=variances)
+    function = concrete_function(model, raw_pixels=True, variances=calibrated_variances(model, calibration))
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function])
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = representative_dataset(calibration)
