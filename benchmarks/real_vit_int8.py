@@ -17,7 +17,7 @@ its half like the CPU files (other files slower than SLOW_MS an image on SLOW_SA
 --compare adds, calibrated on the same photos, ai-edge-quantizer 0.10.0's recipes applied to our float32 file
 (static int8, 16-bit activations with int8 weights, dynamic) and TFLite's own 16x8 mode (16-bit activations, int8
 weights) of the same graph; and ai-edge-quantizer's two static recipes applied to the float32 file of the npu
-target's own graph (its LayerNorm formulated for integers, ``convert/integer_norm.py``). --min-agreement adds the static sweep's file (``export_tflite(min_agreement=...)``,
+target's own graph (written to hold in int16, ``convert/integer_graph.py``). --min-agreement adds the static sweep's file (``export_tflite(min_agreement=...)``,
 its held-out part taken from the fold's calibration photos) and prints how long each fold's sweep took.
 """
 

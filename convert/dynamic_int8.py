@@ -14,18 +14,15 @@ and the position table are stored in float16, and the input is raw uint8 pixels,
 
 import numpy as np
 
-from vit_keras.framework import ops_details
-
 from .flatbuffer import opcode_index
 from .graph import POSITION_ADD
 from .half_tables import store_in_half
 from .int8 import nodes_named, op_outputs
 from .metadata import pack_model, unpack_model
-from .runtime import preserving_interpreter
+from .weight_rounding import WEIGHT_LEVELS, compensated_levels, layer_input_grams
 
 HYBRID_FC_VERSION = 12  # FULLY_CONNECTED with int8 per-channel weights on float inputs, as the converter writes it
 DEQUANTIZE_VERSION = 2  # DEQUANTIZE of a uint8 input
-WEIGHT_LEVELS = 127  # symmetric int8 weights: -127..127, zero point 0
 FEW_ROWS = 8  # a dense layer reading at most this many rows computes in float: rounding them would gain no time
 
 
@@ -39,39 +36,6 @@ def quantize_rows(weights, gram=None):
         return compensated_levels(weights, scale, gram), scale.astype(np.float32)
     levels = np.clip(np.round(weights / scale[:, None]), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
     return levels, scale.astype(np.float32)
-
-
-def compensated_levels(weights, scale, gram, damping=0.01):
-    """int8 levels of ``weights`` (out, in) rounded one input column at a time, each column's error moved onto the
-    later columns through the inverse of ``gram`` (its Cholesky factor), so that X W changes least."""
-    w, h = weights.astype(np.float64).copy(), gram.astype(np.float64).copy()
-    dead = np.diag(h) == 0  # an input that is always 0: its weights don't matter
-    h[dead, dead], w[:, dead] = 1.0, 0.0
-    h[np.diag_indices_from(h)] += damping * np.mean(np.diag(h))
-    upper = np.linalg.cholesky(np.linalg.inv(h)).T
-    levels = np.zeros(w.shape, np.int8)
-    for j in range(w.shape[1]):
-        levels[:, j] = np.clip(np.round(w[:, j] / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS)
-        error = (w[:, j] - levels[:, j] * scale) / upper[j, j]
-        w[:, j + 1:] -= np.outer(error, upper[j, j + 1:])
-    return levels
-
-
-def dense_input_grams(float_bytes, images):
-    """{FULLY_CONNECTED output tensor index: X^T X of its input rows} of the float graph over ``images`` (float32
-    RGB raw pixels, as the float graph takes them)."""
-    interpreter = preserving_interpreter(float_bytes)
-    layers = [(int(op["outputs"][0]), int(op["inputs"][0])) for op in ops_details(interpreter)
-              if op["op_name"] == "FULLY_CONNECTED"]
-    feed, grams = interpreter.get_input_details()[0]["index"], {}
-    for image in images:
-        interpreter.set_tensor(feed, np.asarray(image[None], np.float32))
-        interpreter.invoke()
-        for out, index in layers:
-            x = interpreter.get_tensor(index)
-            x = x.reshape(-1, x.shape[-1]).astype(np.float64)
-            grams[out] = grams.get(out, 0.0) + x.T @ x
-    return grams
 
 
 def int8_dense_weights(model_bytes, grams=None):
@@ -165,7 +129,7 @@ def int8_from_float(float_bytes, calibration=None):
     """The int8 file from the float graph (raw-pixel float input, inputs smoothed): int8 dense weights (rounded
     with their inputs' statistics over ``calibration``, float32 RGB raw pixels, where given), float16 convs and
     position table, uint8 input."""
-    grams = None if calibration is None else dense_input_grams(float_bytes, calibration)
+    grams = None if calibration is None else layer_input_grams(float_bytes, calibration)
     model_bytes = int8_dense_weights(float_bytes, grams)
     halves = [name for name, _ in op_outputs(model_bytes, "CONV_2D")] + nodes_named(model_bytes, "ADD", (POSITION_ADD,))
     return uint8_input(store_in_half(model_bytes, halves))

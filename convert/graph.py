@@ -12,7 +12,7 @@ ops that have fast int8 kernels and need no float islands:
   kernel. Float graphs give each head its own small q, k and v FULLY_CONNECTED
   (fastest in float). The int8 graph keeps one qkv FULLY_CONNECTED, then SPLITs in
   float: one DEQUANTIZE per block instead of one per head and projection. Its heads
-  then share one int8 scale, so their ranges are first equalized (``qkv_scales``).
+  then share one int8 scale, so their ranges are first equalized (``int8.qkv_scales``).
 - Fixed shapes (batch 1 by default), so every reshape is static.
 - An RGB input converted to the model's channels inside the graph, and softmax
   scores as the output, the form Android's image classifiers expect.
@@ -22,7 +22,6 @@ ops that have fast int8 kernels and need no float islands:
   per-channel normalization metadata (``takes_raw_pixels``).
 """
 
-import collections
 import math
 
 import keras
@@ -36,7 +35,7 @@ from vit_keras.models.stems import ResNetV2Stem
 from vit_keras.models.vision_transformer import VisionTransformer
 
 from .attention_output import rollout_graph, token_slice
-from .integer_norm import sum_of_squares
+from . import integer_graph
 
 # Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: (x - mean) / std per channel
 # (normalization.pixel_normalization). The luma weights, scaled to sum to 1, commute with a 1-channel model's
@@ -79,17 +78,14 @@ def layer_norm(layer, x, smooth=None, variances=None):
     """LayerNormalization over the last axis with only int8-friendly builtin ops.
 
     smooth: a per-channel factor the output is divided by (gamma and beta absorb it; ``smoothing``).
-    variances: an ``integer_norm.VarianceRanges``: the full-integer form (sum of squares as a product, the
-      piecewise rsqrt), which holds in int16."""
-    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-    centred = x - mean
-    if variances is None:
-        variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
-        inverse = tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
-    else:
-        variance = sum_of_squares(centred) * (1.0 / x.shape[-1])
-        inverse = variances.rsqrt(layer, tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
+    variances: an ``integer_graph.IntegerRanges``: the full-integer form, which holds in int16
+      (``integer_graph.layer_norm``)."""
     gamma, beta = numpy(layer.gamma), numpy(layer.beta)
+    if variances is not None:
+        return integer_graph.layer_norm(layer, x, gamma, beta, variances)
+    centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
+    inverse = tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
     if smooth is None:
         return tf.add(centred * inverse * tf.constant(gamma), tf.constant(beta), name=LAYERNORM_SHIFT)
     # Scaled before the rsqrt's MUL: a constant MUL next to the FULLY_CONNECTED is folded into its kernel by the
@@ -149,24 +145,28 @@ def dense(layer, x, role, kernel=None, bias=None):
     return y if layer.activation is keras.activations.linear else layer.activation(y)
 
 
-def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=None, maps=None, mask=FLOAT_MASK):
+def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=None, maps=None, mask=FLOAT_MASK,
+              out_scale=None):
     """Multi-head self-attention equal to MultiHeadSelfAttention in float, in XNNPACK-friendly pieces.
 
     Without ``scales`` the fused qkv kernel is cut into one small FULLY_CONNECTED per head and per q/k/v.
-    With ``scales`` (per head (alpha, beta), from ``qkv_scales``) it stays one FULLY_CONNECTED whose
+    With ``scales`` (per head (alpha, beta), from ``int8.qkv_scales``) it stays one FULLY_CONNECTED whose
     output is SPLIT into heads, then into q, k, v (a SPLIT into more than 4 outputs is not delegated).
     query_tokens: compute the outputs for the first k queries alone, as the layer does.
-    observe: called eagerly as observe(attn, head, q, k, v) (the calibration pass of ``qkv_scales``).
+    observe: called eagerly as observe(attn, head, q, k, v) (the calibration pass of ``int8.qkv_scales``).
     row_scale: the preceding LayerNorm's smoothing factor (``smoothing``), undone on the qkv kernel's rows.
     maps: a list that gets this layer's attention weights appended, one (B, queries, T) tensor a head.
     mask: the logit LSA's diagonal gets (FLOAT_MASK, or INTEGER_MASK in the int16 graph).
+    out_scale: (D,) factors on the output's channels (the int16 graph's residual stream scale).
     """
     d = x.shape[-1]
     heads, head_dim = attn.num_heads, d // attn.num_heads
     kernel, bias = numpy(attn.qkv.kernel).copy(), numpy(attn.qkv.bias).copy()
     if row_scale is not None:
         kernel *= row_scale[:, None]
-    out_kernel = numpy(attn.out.kernel).copy()
+    out_kernel, out_bias = numpy(attn.out.kernel).copy(), numpy(attn.out.bias)
+    if out_scale is not None:
+        out_kernel, out_bias = out_kernel * out_scale, out_bias * out_scale
     scale = float(numpy(attn.logit_scale)) if attn.locality else 1.0 / math.sqrt(head_dim)
     kernel[:, :d] *= scale  # fold the logit scale into q
     bias[:d] *= scale
@@ -201,15 +201,16 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
         outputs.append(tf.matmul(weights, v))
     if maps is not None:
         maps.append(weights_per_head)
-    return dense(attn.out, concat_even(outputs), "attention_out", kernel=out_kernel)
+    return dense(attn.out, concat_even(outputs), "attention_out", kernel=out_kernel, bias=out_bias)
 
 
-def patch_embedding(layer, x, pixel_affine=None):
+def patch_embedding(layer, x, pixel_affine=None, column_scale=None):
     """Eq. 1, z0 = [x_class; x_p E] + E_pos, as CONV_2D, RESHAPE, PAD and one ADD: the class token is folded
     into the position table's first row, so no op depends on the batch size (no SHAPE / BROADCAST_TO).
 
     pixel_affine: per-channel (scale, shift) of the input normalization x * scale + shift, folded into the
-    kernel and bias. Exact, since the patches neither overlap nor pad; the converter folds only a scalar one."""
+    kernel and bias. Exact, since the patches neither overlap nor pad; the converter folds only a scalar one.
+    column_scale: (D,) factors on the output's channels (the int16 graph's residual stream scale)."""
     kernel, bias = numpy(layer.kernel), numpy(layer.bias)
     if pixel_affine is not None:
         scale, shift = (np.asarray(v, "float64") for v in pixel_affine)
@@ -223,6 +224,8 @@ def patch_embedding(layer, x, pixel_affine=None):
     if layer.class_token:
         x = tf.pad(x, [[0, 0], [1, 0], [0, 0]])
         table = np.concatenate([table[:, :1] + numpy(layer.cls), table[:, 1:]], axis=1)
+    if column_scale is not None:
+        x, table = x * column_scale, table * column_scale
     return tf.add(x, table, name=POSITION_ADD)
 
 
@@ -250,31 +253,6 @@ def fusable_heads(heads):
     return heads == 1
 
 
-def qkv_scales(model, images, batch_size=50):
-    """Per attention layer and head, (alpha, beta) that equalize the fused qkv output for one int8 scale.
-
-    Cross-layer equalization (Nagel et al., 2019): q * alpha and k / alpha leave q.k^T unchanged, and
-    v * beta with the out projection's rows / beta leaves the output unchanged. alpha gives q and k the
-    same range, the geometric mean of theirs; beta brings every v to the largest of those, so each head
-    uses the shared scale's full range. Ranges are max |q|, |k|, |v| over ``images`` (uint8, N, H, W, C).
-    """
-    ranges = collections.defaultdict(dict)  # {attention path: {head: [max |q|, max |k|, max |v|]}}
-
-    def observe(attn, head, q, k, v):
-        seen = ranges[attn.path]
-        seen[head] = np.maximum(seen.get(head, 0.0), [float(tf.reduce_max(tf.abs(t))) for t in (q, k, v)])
-
-    rgb = np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else np.asarray(images)
-    for start in range(0, len(rgb), batch_size):
-        forward(model, tf.constant(rgb[start:start + batch_size], tf.float32), raw_pixels=True, observe=observe)
-    scales = {}
-    for path, heads in ranges.items():
-        r = np.maximum([heads[h] for h in sorted(heads)], 1e-6)
-        shared = np.sqrt(r[:, 0] * r[:, 1])
-        scales[path] = [(float(a), float(b)) for a, b in zip(np.sqrt(r[:, 1] / r[:, 0]), shared.max() / r[:, 2])]
-    return scales
-
-
 def transformer_block(block, z, scales=None, observe=None, norm_scales=None, observe_norm=None, maps=None,
                       variances=None):
     """Eq. 2-3. norm_scales: {layer path: smoothing factor} of the inputs of the dense layers after norm1, norm2
@@ -286,11 +264,20 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
     if observe_norm is not None:
         observe_norm(block.norm1, normed)
     mask = FLOAT_MASK if variances is None else INTEGER_MASK
-    y = attention(block.attn, normed, block.query_tokens, scales, observe, row_scale=smooth1, maps=maps, mask=mask)
+    stream_scale = None if variances is None else variances.stream_scale()
+    y = attention(block.attn, normed, block.query_tokens, scales, observe, row_scale=smooth1, maps=maps, mask=mask,
+                  out_scale=stream_scale)
     z = tf.add(token_slice(z, 0, block.query_tokens) if block.query_tokens else z, y, name=RESIDUAL)
     normed = layer_norm(block.norm2, z, smooth2, variances)
     if observe_norm is not None:
         observe_norm(block.norm2, normed)
+    if variances is not None:
+        variances.observe_stream(z)
+        y = integer_graph.mlp(normed, *((layer, numpy(layer.kernel), numpy(layer.bias)) for layer in (block.fc1, block.fc2)),
+                              block.gelu_approximate, variances, stream_scale)
+        z = tf.add(z, y, name=RESIDUAL)
+        variances.observe_stream(z)
+        return z
     fc1_kernel = numpy(block.fc1.kernel) * (1.0 if smooth2 is None else smooth2[:, None])
     hidden = tf.nn.gelu(dense(block.fc1, normed, "mlp_in", kernel=fc1_kernel), approximate=block.gelu_approximate)
     if observe_norm is not None:
@@ -320,7 +307,7 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
     norm_scales: {layer path: per-channel factor} smoothing the blocks' dense inputs (``transformer_block``).
     attention_maps: a list that gets each block's per-head attention weights appended, first block first.
     token_weights: a list that gets sequence pooling's token weights appended (``readout``).
-    variances: an ``integer_norm.VarianceRanges``: the full-integer normalization (``layer_norm``), recording its
+    variances: an ``integer_graph.IntegerRanges``: the full-integer graph (``integer_graph``), recording its
       ranges in an eager pass or applying them when traced.
     """
     x = images
@@ -347,7 +334,9 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
         x = resnet_stem(stem, x, variances)
     elif stem is not None:
         x = stem(x)
-    x = patch_embedding(model.patch_encoder, x, pixel_affine)
+    x = patch_embedding(model.patch_encoder, x, pixel_affine, None if variances is None else variances.stream_scale())
+    if variances is not None:
+        variances.observe_stream(x)
     for block in model.blocks:
         attn = block.attn
         scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None

@@ -8,15 +8,19 @@ and the quantization that keeps them there.
 types are kept in float by type (``INT8_FLOAT_OPS``), single ops by the node names convert/graph.py gives them.
 """
 
+import collections
 import functools
 import re
+
+import numpy as np
+import tensorflow as tf
 
 from vit_keras import framework
 from vit_keras.constants import INT8_ACTIVATIONS, INT8_RANGES
 from vit_keras.models.stems import ResNetV2Stem
 
 from .graph import (ATTENTION_MASK, DENSE_ROLES, GROUPNORM_SHIFT, LAYERNORM_SHIFT, POSITION_ADD, RESIDUAL, STEM_POOL,
-                    STEM_RESIDUAL, fusable_heads, norm_count, qkv_scales)
+                    STEM_RESIDUAL, forward, fusable_heads, norm_count)
 from .attention_output import ROLLOUT_ADD, rollout_output_names
 from .half_tables import store_in_half
 from .smoothing import smoothing_scales
@@ -204,9 +208,34 @@ def check_ranges(ranges):
 
 def int8_graph_scales(model, calibration, activations, smooth_norms):
     """(fused qkv's per-head scales, smoothing factors or None) for int8's graph. Static int8 equalizes the heads
-    for their one shared scale (``graph.qkv_scales``); dynamic int8 needs no equal heads, but smooths."""
+    for their one shared scale (``qkv_scales``); dynamic int8 needs no equal heads, but smooths."""
     if activations == "static":
         return qkv_scales(model, calibration), smoothing_scales(model, calibration) if smooth_norms else None
     same = {block.attn.path: [(1.0, 1.0)] * block.attn.num_heads for block in model.blocks
             if fusable_heads(block.attn.num_heads)}  # one qkv layer a block, as the static graph
     return same, smoothing_scales(model, calibration)
+
+
+def qkv_scales(model, images, batch_size=50):
+    """Per attention layer and head, (alpha, beta) that equalize the fused qkv output for one int8 scale.
+
+    Cross-layer equalization (Nagel et al., 2019): q * alpha and k / alpha leave q.k^T unchanged, and
+    v * beta with the out projection's rows / beta leaves the output unchanged. alpha gives q and k the
+    same range, the geometric mean of theirs; beta brings every v to the largest of those, so each head
+    uses the shared scale's full range. Ranges are max |q|, |k|, |v| over ``images`` (uint8, N, H, W, C).
+    """
+    ranges = collections.defaultdict(dict)  # {attention path: {head: [max |q|, max |k|, max |v|]}}
+
+    def observe(attn, head, q, k, v):
+        seen = ranges[attn.path]
+        seen[head] = np.maximum(seen.get(head, 0.0), [float(tf.reduce_max(tf.abs(t))) for t in (q, k, v)])
+
+    rgb = np.repeat(images, 3, axis=-1) if images.shape[-1] == 1 else np.asarray(images)
+    for start in range(0, len(rgb), batch_size):
+        forward(model, tf.constant(rgb[start:start + batch_size], tf.float32), raw_pixels=True, observe=observe)
+    scales = {}
+    for path, heads in ranges.items():
+        r = np.maximum([heads[h] for h in sorted(heads)], 1e-6)
+        shared = np.sqrt(r[:, 0] * r[:, 1])
+        scales[path] = [(float(a), float(b)) for a, b in zip(np.sqrt(r[:, 1] / r[:, 0]), shared.max() / r[:, 2])]
+    return scales

@@ -17,9 +17,10 @@ from vit_keras.ticker import Ticker
 
 from .attention_output import scores_output_first
 from .dynamic_int8 import int8_from_float
+from .weight_rounding import recompensate
 from .flatbuffer import builtin_code, float_compute_ops, raw_pixel_input
 from .graph import check_vit, concrete_function, forward, takes_raw_pixels
-from .integer_norm import VarianceRanges
+from .integer_graph import IntegerRanges
 from .int8 import check_ranges, int8_graph_scales, quantize_static, resolve_int8
 from .ranges import mse_ranges
 from .transposes import explicit_transposes
@@ -221,11 +222,11 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
 
 
 def calibrated_variances(model, calibration, batch_size=32):
-    """The npu graph's ``VarianceRanges``: each normalization's largest variance over uint8 ``calibration`` images,
+    """The npu graph's ``IntegerRanges`` (each normalization's variance, the stream's and MLPs' channels) over uint8 ``calibration`` images,
     from an eager pass a batch at a time (one float copy of a batch, not of the set)."""
     import tensorflow as tf
 
-    variances = VarianceRanges()
+    variances = IntegerRanges()
     for start in range(0, len(calibration), batch_size):
         batch = tf.constant(to_rgb(calibration[start:start + batch_size]))
         forward(model, batch, raw_pixels=True, variances=variances)
@@ -235,21 +236,26 @@ def calibrated_variances(model, calibration, batch_size=32):
 
 def convert_full_integer(model, calibration):
     """The "npu" target: every op from the uint8 input to the int16 scores in integers, int8 weights and int16
-    activations (TFLite's 16x8 mode), over the graph whose LayerNorms hold in int16 (``integer_norm``).
+    activations (TFLite's 16x8 mode), over the graph written to hold in int16 (``integer_graph``).
     ValueError, naming the ops, if any op is left computing in float."""
     import tensorflow as tf
 
     function = concrete_function(model, raw_pixels=True, variances=calibrated_variances(model, calibration))
+    float_bytes = tf.lite.TFLiteConverter.from_concrete_functions([function]).convert()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function])
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = representative_dataset(calibration)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
     converter.inference_output_type = tf.int16
     try:
-        model_bytes = explicit_transposes(raw_pixel_input(converter.convert()))  # GPU-safe, as every mode
+        model_bytes = converter.convert()
     except (RuntimeError, ValueError) as error:  # an op with no 16x8 kernel: the converter names it
         raise ValueError(f"the npu target (full integer, int16 activations) can't express this model: {error}") \
             from error
+    # The converter rounds each weight to its nearest level; GPTQ's levels keep the patch embedding's and the dense
+    # layers' outputs closest (docs/export.md#full-integer-for-npus---target-npu).
+    model_bytes = recompensate(model_bytes, float_bytes, to_rgb(calibration))
+    model_bytes = explicit_transposes(raw_pixel_input(model_bytes))  # GPU-safe, as every mode
     floats = float_compute_ops(model_bytes)
     if floats:
         named = ", ".join(f"{op} ({tensor})" for op, tensor in floats[:8])

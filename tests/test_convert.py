@@ -266,7 +266,8 @@ def test_equalized_fused_qkv_keeps_the_float_function(run_dir, fashion):
     """The int8 graph's per-head range equalization is exact in float, and it equalizes the heads."""
     import tensorflow as tf
 
-    from vit_keras.convert.graph import forward, qkv_scales
+    from vit_keras.convert.graph import forward
+    from vit_keras.convert.int8 import qkv_scales
 
     model = tflite.load_vit(run_dir / "model.keras")
     scales = qkv_scales(model, fashion[0][:64])
@@ -535,7 +536,8 @@ def test_smoothing_is_exact_in_float(color_run):
     still equals Keras in float, and the factors are not all 1."""
     import tensorflow as tf
 
-    from vit_keras.convert.graph import forward, qkv_scales
+    from vit_keras.convert.graph import forward
+    from vit_keras.convert.int8 import qkv_scales
     from vit_keras.convert.smoothing import smoothing_scales
 
     model, test = color_run["model"], color_run["test"][:32]

@@ -1,4 +1,4 @@
-"""The full-integer "npu" export target: LayerNorm's int16 formulation (convert/integer_norm.py) exact in float, the
+"""The full-integer "npu" export target: the int16 graph (convert/integer_graph.py) exact in float, the
 traced graph with it equal to Keras, the file it writes (uint8 in, int16 scores out, no float op, both NPU plugins
 take it whole), verify's NPU column, and the options it refuses (library and CLI)."""
 
@@ -16,7 +16,7 @@ from vit_keras.convert import export as tflite_export
 from vit_keras.convert import flatbuffer, npu, tflite
 from vit_keras.convert import metadata as tflite_metadata
 from vit_keras.convert.graph import concrete_function, forward, keras_scores
-from vit_keras.convert.integer_norm import VarianceRanges, piecewise_rsqrt, sum_of_squares
+from vit_keras.convert.integer_graph import IntegerRanges, piecewise_rsqrt, sum_of_squares
 from vit_keras.convert.runtime import tflite_scores
 
 LABELS = [f"class_{i}" for i in range(10)]
@@ -52,7 +52,7 @@ def rgb(batch):
     return tf.constant(np.repeat(batch, 3, axis=-1) if batch.shape[-1] == 1 else batch, tf.float32)
 
 
-# ---- integer_norm: exact in float ------------------------------------------------------------------------------
+# ---- integer_graph: exact in float - ------------------------------------------------------------------------------
 
 def test_sum_of_squares_is_the_plain_sum_of_squares():
     x = np.random.default_rng(0).normal(0, 3, (2, 5, 48)).astype("float32")
@@ -73,7 +73,7 @@ def test_piecewise_rsqrt_is_the_plain_rsqrt_over_seven_decades(pieces):
 
 def test_variance_ranges_record_then_apply_and_name_a_layer_never_recorded():
     first, second = types.SimpleNamespace(path="block_0/norm1"), types.SimpleNamespace(path="block_0/norm2")
-    ranges = VarianceRanges()
+    ranges = IntegerRanges()
     low = np.array([[[0.5], [2.0]]], "float32")
     high = np.array([[[30.0], [4000.0]]], "float32")
     for variance in (low, high):  # recording: the plain rsqrt, and the largest value seen
@@ -96,7 +96,7 @@ def test_graph_with_variances_equals_keras(variant):
         for block in model.blocks:
             block.attn.logit_scale.assign(0.4)  # not the 1/sqrt(16) it starts at
     calibration, test = images(32, seed=1), images(8, seed=2)
-    variances = VarianceRanges()
+    variances = IntegerRanges()
     forward(model, rgb(calibration), raw_pixels=True, variances=variances)  # eager: records each norm's range
     norms = (keras.layers.LayerNormalization, keras.layers.GroupNormalization)
     assert set(variances.largest) == {layer.path for layer in model._flatten_layers() if isinstance(layer, norms)}
@@ -106,6 +106,39 @@ def test_graph_with_variances_equals_keras(variant):
     traced = np.concatenate([function(rgb(test[i:i + 1]))["scores"].numpy() for i in range(len(test))])
     assert np.abs(traced - reference).max() < 1e-4
     eager = forward(model, rgb(test), raw_pixels=True, variances=variances).numpy()
+    assert np.abs(eager - reference).max() < 1e-4
+
+
+def massive_model():
+    """A tiny ViT whose second block writes a "massive activation" (stream channel 3, made by MLP hidden unit 5)."""
+    model = tiny_model(num_layers=2)
+    block = model.blocks[1]
+    fc1, fc2 = block.fc1.kernel.numpy(), block.fc2.kernel.numpy()
+    fc1[:, 5] *= 60.0
+    fc2[5, 3] = 40.0
+    block.fc1.kernel.assign(fc1)
+    block.fc2.kernel.assign(fc2)
+    return model
+
+
+def test_outlier_channels_get_their_own_scale_and_the_graph_stays_exact():
+    """A stream channel and a hidden unit far above the rest: the stream keeps the channel scaled down, the MLP
+    splits the unit off, and the traced and eager graphs still equal Keras."""
+    model = massive_model()
+    calibration, test = images(32, seed=1), images(8, seed=2)
+    ranges = IntegerRanges()
+    forward(model, rgb(calibration), raw_pixels=True, variances=ranges)
+    assert ranges.stream_scale() is None  # nothing is applied while recording
+    ranges.recording = False
+    scale = ranges.stream_scale()
+    assert scale is not None and scale[3] < 0.25 and np.sum(scale < 1) <= 2
+    assert 5 in ranges.hidden_outliers(model.blocks[1].fc1)
+    assert not len(ranges.hidden_outliers(model.blocks[0].fc1))
+    reference = keras_scores(model, test)
+    function = concrete_function(model, raw_pixels=True, variances=ranges)
+    traced = np.concatenate([function(rgb(test[i:i + 1]))["scores"].numpy() for i in range(len(test))])
+    assert np.abs(traced - reference).max() < 1e-4
+    eager = forward(model, rgb(test), raw_pixels=True, variances=ranges).numpy()
     assert np.abs(eager - reference).max() < 1e-4
 
 
@@ -147,6 +180,27 @@ def test_npu_file_agrees_with_keras(npu_file):
     reference = keras_scores(npu_file.model, npu_file.test)
     scores = tflite_scores(npu_file.path, npu_file.test)  # the int16 output dequantized
     np.testing.assert_allclose(scores.sum(-1), 1.0, atol=0.01)
+    assert np.mean(scores.argmax(-1) == reference.argmax(-1)) >= 0.9
+    assert np.abs(scores - reference).mean() < 0.01
+
+
+def test_a_model_with_massive_activations_exports_whole_and_agrees(tmp_path):
+    """The outlier channels' own tensors (SLICE, PAD, the MLP's split hidden units) stay integer and NPU-whole."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    model, path, test = massive_model(), tmp_path / "massive.tflite", images(16, seed=4)
+    tflite_export.export_tflite(model, path, quantize="int8", labels=LABELS, target="npu",
+                                calibration=images(MIN_CALIBRATION_IMAGES, seed=3),
+                                calibration_size=MIN_CALIBRATION_IMAGES)
+    assert flatbuffer.float_compute_ops(path.read_bytes()) == []
+    report = npu.npu_report(path)
+    assert {vendor: verdict["whole"] for vendor, verdict in report["vendors"].items()} == \
+        {"Qualcomm": True, "MediaTek": True}, report["vendors"]
+    ops = [op["op_name"] for op in Interpreter(model_path=str(path))._get_ops_details()]
+    assert "PAD" in ops  # the outlier channel put back in place at its true value
+    assert ops.count("GELU") == 3  # block 0's, and block 1's for its ordinary and its outlier hidden units
+    reference = keras_scores(model, test)
+    scores = tflite_scores(path, test)
     assert np.mean(scores.argmax(-1) == reference.argmax(-1)) >= 0.9
     assert np.abs(scores - reference).mean() < 0.01
 
