@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 
-from vit_keras.constants import QUANTIZATIONS
+from vit_keras.constants import NPU_MODE, SHIP_MODES
 from vit_keras.files import write_text
 
 VERIFY_REPORT = "verify.md"
@@ -31,13 +31,13 @@ STAMP_SUFFIX = " -->"
 
 
 def parse_modes(modes, name="modes"):
-    """A tuple of quantization modes from "int8,float16" or a list; a clear error naming ``name`` otherwise."""
+    """A tuple of SHIP_MODES from "int8,float16" or a list; a clear error naming ``name`` otherwise."""
     words = modes.split(",") if isinstance(modes, str) else list(modes)
     words = [str(word).strip() for word in words]
-    unknown = [word for word in words if word not in QUANTIZATIONS]
+    unknown = [word for word in words if word not in SHIP_MODES]
     if not words or unknown:
         raise ValueError(f"{name} {modes!r}: {'unknown mode ' + repr(unknown[0]) if unknown else 'no mode given'}; "
-                         f"valid values are {', '.join(QUANTIZATIONS)} (several separated by commas).")
+                         f"valid values are {', '.join(SHIP_MODES)} (several separated by commas).")
     return tuple(dict.fromkeys(words))  # in the order given, each once
 
 
@@ -45,9 +45,18 @@ def tflite_path(run_dir, mode):
     return os.path.join(run_dir, f"model_{mode}.tflite")
 
 
+def export_options(mode):
+    """export_tflite's (quantize, target) for a ship mode: "npu" is int8 for the npu target."""
+    return ("int8", "npu") if mode == NPU_MODE else (mode, "cpu")
+
+
 def site_mode(modes):
-    """The mode the web site runs: int8 (the phone's file) when exported, else the first one."""
-    return "int8" if "int8" in modes else modes[0]
+    """The mode the web site runs: int8 (the phone's file) when exported, else the first one a browser runs (the
+    npu file's int16 kernels are not in the browser's runtime)."""
+    browser = [mode for mode in modes if mode != NPU_MODE]
+    if not browser:
+        raise ValueError(f"--web needs a mode a browser runs besides {NPU_MODE!r}, e.g. --export int8,npu --web.")
+    return "int8" if "int8" in browser else browser[0]
 
 
 def is_newer(path, than):
@@ -106,10 +115,12 @@ def export_modes(model_path, config, modes, calibration_size, data_dir=None, log
         if is_newer(path, model_path):
             steps[mode] = KEPT
         else:
-            if mode == "int8" and calibration is None:
+            quantize, target = export_options(mode)
+            if quantize == "int8" and calibration is None:
                 calibration = calibration_arrays(model_path, config, calibration_size, data_dir)
-            summary = export_tflite(model_path, path, quantize=mode, calibration=calibration if mode == "int8" else
-                                    None, calibration_size=calibration_size)
+            summary = export_tflite(model_path, path, quantize=quantize, target=target,
+                                    calibration=calibration if quantize == "int8" else None,
+                                    calibration_size=calibration_size)
             steps[mode] = f"{EXPORTED} ({summary['bytes'] / 1e6:.2f} MB, {summary['input_dtype']} input)"
         log(f"{os.path.basename(path)}: {steps[mode]}")
     return steps
@@ -172,8 +183,8 @@ def ship_run(run_dir, modes, web=False, calibration_size=None, data_dir=None, ru
              runtime_dir=None, log=print):
     """Export a finished run's model in each of ``modes``, verify the files, and with ``web`` write its site.
 
-    modes: quantizations ("int8,float16" or a list of QUANTIZATIONS); int8 calibrates on ``calibration_size``
-      images of the run's own training part (None: the exporter's default).
+    modes: "int8,float16" or a list of SHIP_MODES (a quantization, or "npu": int8 for the npu target); int8 and npu
+      calibrate on ``calibration_size`` images of the run's own training part (None: the exporter's default).
     data_dir: the tfds data folder the run read (config.json does not record it).
     runs, threads: verify's timed runs per latency figure and the LiteRT thread counts it times.
     log: where the one line per step goes.
@@ -183,6 +194,7 @@ def ship_run(run_dir, modes, web=False, calibration_size=None, data_dir=None, ru
     modes = parse_modes(modes, name="`modes`")
     run_dir = os.fspath(run_dir)
     if web:
+        site_mode(modes)  # before any export: a mode a browser runs
         from vit_keras.apps.web_export import check_web_runtime
 
         check_web_runtime(runtime_dir)

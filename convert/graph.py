@@ -273,8 +273,8 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
         observe_norm(block.norm2, normed)
     if variances is not None:
         variances.observe_stream(z)
-        y = integer_graph.mlp(normed, *((layer, numpy(layer.kernel), numpy(layer.bias)) for layer in (block.fc1, block.fc2)),
-                              block.gelu_approximate, variances, stream_scale)
+        fc1, fc2 = ((layer, numpy(layer.kernel), numpy(layer.bias)) for layer in (block.fc1, block.fc2))
+        y = integer_graph.mlp(normed, fc1, fc2, block.gelu_approximate, variances, stream_scale)
         z = tf.add(z, y, name=RESIDUAL)
         variances.observe_stream(z)
         return z

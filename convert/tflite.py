@@ -222,8 +222,8 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
 
 
 def calibrated_variances(model, calibration, batch_size=32):
-    """The npu graph's ``IntegerRanges`` (each normalization's variance, the stream's and MLPs' channels) over uint8 ``calibration`` images,
-    from an eager pass a batch at a time (one float copy of a batch, not of the set)."""
+    """The npu graph's ``IntegerRanges`` (each normalization's variance, the stream's and the MLPs' channels) over
+    uint8 ``calibration`` images, from an eager pass a batch at a time (one float copy of a batch, not of the set)."""
     import tensorflow as tf
 
     variances = IntegerRanges()

@@ -102,6 +102,21 @@ def test_a_newer_model_is_exported_and_verified_again(shipped, tmp_path):
     assert lines[0].startswith("model_float32.tflite: exported") and lines[1] == "verify.md: written"
 
 
+def test_the_npu_mode_ships_the_full_integer_file(shipped, tmp_path):
+    """`--export npu` (ship_run's "npu"): int8 for the npu target, calibrated on the run's own training images."""
+    from vit_keras.apps.ship import ship_run
+    from vit_keras.convert import flatbuffer
+
+    _, run, _ = shipped
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    summary = ship_run(copy, "npu", runs=2, threads=(1,), log=lambda line: None)
+    assert summary["files"] == {"npu": str(copy / "model_npu.tflite")}
+    assert summary["steps"]["npu"].startswith("exported")
+    assert flatbuffer.float_compute_ops((copy / "model_npu.tflite").read_bytes()) == []
+    assert "model_npu.tflite" in (copy / "verify.md").read_text()
+
+
 @pytest.mark.skipif(RUNTIME_MISSING is not None, reason=f"export_site needs the npm runtime: {RUNTIME_MISSING}")
 def test_the_web_site_runs_the_int8_file(shipped):
     _, run, out = shipped
@@ -111,7 +126,10 @@ def test_the_web_site_runs_the_int8_file(shipped):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--export", "int9"], "--export 'int9': unknown mode 'int9'; valid values are float32, float16, dynamic, int8"),
+    (["--export", "int9"],
+     "--export 'int9': unknown mode 'int9'; valid values are float32, float16, dynamic, int8, npu"),
+    (["--export", "npu", "--web"], "--web needs a mode a browser runs besides 'npu'"),
+    (["--export", "float32,npu", "--limit", "50"], "--export npu calibrates on at least 100 training images"),
     (["--export", "float16,"], "--export 'float16,': unknown mode ''"),
     (["--web"], "--web needs --export MODE"),
     (["--export", "int8", "--limit", "50"], "--export int8 calibrates on at least 100 training images"),

@@ -78,6 +78,9 @@ INT8_ACTIVATIONS = ("auto", "dynamic", "static")
 # Where an exported file runs: "cpu" (and GPU): the quantization each mode gives; "npu": full integer, every op
 # from input to output in int8 weights and int16 activations, as phone NPUs run them (--quantize int8 only).
 EXPORT_TARGETS = ("cpu", "npu")
+# What `train --export` and ship_run write, one file each: a quantization, or "npu" (int8 for the npu target).
+NPU_MODE = "npu"
+SHIP_MODES = QUANTIZATIONS + (NPU_MODE,)
 RUNTIMES = ("interpreter", "compiled")  # LiteRT's Interpreter and CompiledModel APIs
 # The older runtimes an exported file is checked under (convert/runtime_version.py): pip package, release, the
 # TFLite version whose kernels it carries, its interpreter module. ai-edge-litert 1.0.1 (August 2024) came between

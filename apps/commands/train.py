@@ -12,7 +12,7 @@ HELP = "Train a ViT with model.fit (the paper's recipe); rerunning the same comm
 from vit_keras.apps.commands import DATA_DIR_HELP, add_input_arguments
 from vit_keras.constants import (ACTIVATION_BUDGET, AUGMENTATIONS, BACKUP_MINUTES, BACKEND_STRATEGIES, BOUNDS,
                                  DISTILLATIONS, MICRO_BATCHES, OPTIMIZERS,
-                                 POOLINGS, PRECISIONS, QUANTIZATIONS, RECIPE_MODEL, RECIPE_TABLES, RECIPES,
+                                 NPU_MODE, POOLINGS, PRECISIONS, RECIPE_MODEL, RECIPE_TABLES, RECIPES, SHIP_MODES,
                                  STEPS_PER_EXECUTION, STRATEGIES, VAL_FRACTION, BASE_BATCH_SIZE)
 
 FLAGS = {"learning_rate": "lr"}  # a TrainConfig setting -> its flag, where the names differ
@@ -159,7 +159,8 @@ def add_arguments(parser):
     parser.add_argument("--quiet", action="store_true", help="one line per epoch instead of a progress bar")
     parser.add_argument("--export", default=None, metavar="MODE[,MODE...]",
                         help="after training, write DIR/model_<MODE>.tflite with metadata for each of "
-                             f"{', '.join(QUANTIZATIONS)} (int8 calibrates on the run's training images) and "
+                             f"{', '.join(SHIP_MODES)} (int8 and npu, the full-integer file for phone NPUs, "
+                             "calibrate on the run's training images) and "
                              "DIR/verify.md, their check against model.keras on the held-out images; a rerun "
                              "keeps the files that are up to date")
     parser.add_argument("--web", action="store_true",
@@ -224,14 +225,18 @@ def check_export_args(args):
         raise ValueError("--web needs --export MODE (the site runs an exported .tflite), e.g. --export int8 --web.")
     if not args.export:
         return
-    from vit_keras.apps.ship import parse_modes
+    from vit_keras.apps.ship import parse_modes, site_mode
 
     modes = parse_modes(args.export, name="--export")
-    if "int8" in modes and args.limit is not None:
+    if args.web:
+        site_mode(modes)  # a mode a browser runs
+    calibrated = [mode for mode in modes if mode in ("int8", NPU_MODE)]
+    if calibrated and args.limit is not None:
         from vit_keras.constants import MIN_CALIBRATION_IMAGES
 
         if args.limit < MIN_CALIBRATION_IMAGES:
-            raise ValueError(f"--export int8 calibrates on at least {MIN_CALIBRATION_IMAGES} training images, but "
+            raise ValueError(f"--export {calibrated[0]} calibrates on at least {MIN_CALIBRATION_IMAGES} training "
+                             "images, but "
                              f"--limit {args.limit} keeps fewer; raise --limit or export a float mode.")
     if args.web:
         from vit_keras.apps.web_export import check_web_runtime
