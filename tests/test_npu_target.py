@@ -184,6 +184,20 @@ def test_npu_file_agrees_with_keras(npu_file):
     assert np.abs(scores - reference).mean() < 0.01
 
 
+@pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"plain"}))
+def test_every_named_variant_exports_full_integer_and_agrees(variant, tmp_path):
+    """The npu file of each variant the zoo exports (plain: ``npu_file``), GPTQ's levels included."""
+    model, path, test = tiny_model(**VARIANTS[variant]), tmp_path / f"{variant}.tflite", images(8, seed=4)
+    tflite_export.export_tflite(model, path, quantize="int8", labels=LABELS, target="npu",
+                                calibration=images(MIN_CALIBRATION_IMAGES, seed=3),
+                                calibration_size=MIN_CALIBRATION_IMAGES)
+    assert flatbuffer.float_compute_ops(path.read_bytes()) == []
+    reference = keras_scores(model, test)
+    scores = tflite_scores(path, test)
+    assert np.mean(scores.argmax(-1) == reference.argmax(-1)) >= 0.75
+    assert np.abs(scores - reference).mean() < 0.02
+
+
 def test_a_model_with_massive_activations_exports_whole_and_agrees(tmp_path):
     """The outlier channels' own tensors (SLICE, PAD, the MLP's split hidden units) stay integer and NPU-whole."""
     from ai_edge_litert.interpreter import Interpreter
