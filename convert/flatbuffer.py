@@ -122,6 +122,19 @@ def saturated_biases(model_bytes):
     return found
 
 
+def compact(model_bytes):
+    """The file without what no runtime reads: each tensor's calibrated min / max (its scale and zero point are
+    what kernels use) and, of a name the converter joined from the ops it fused ("mul_5;layernorm_shift;qkv"),
+    all but the last."""
+    model = unpack_inline(model_bytes)
+    for tensor in model.subgraphs[0].tensors:
+        if tensor.quantization is not None:
+            tensor.quantization.min = tensor.quantization.max = None
+        if tensor.name:
+            tensor.name = bytes(tensor.name).rsplit(b";", 1)[-1]
+    return bytes(pack_model(model, len(model_bytes)))
+
+
 def raw_pixel_input(model_bytes):
     """An integer graph's float input, which only QUANTIZE ops read, taken as uint8 raw pixels (scale 1, zero
     point 0): each QUANTIZE then requantizes uint8 to the graph's own type. The converter's float input was

@@ -18,7 +18,7 @@ from vit_keras.ticker import Ticker
 from .attention_output import scores_output_first
 from .dynamic_int8 import int8_from_float
 from .weight_rounding import recompensate
-from .flatbuffer import builtin_code, float_compute_ops, raw_pixel_input, saturated_biases
+from .flatbuffer import builtin_code, compact, float_compute_ops, raw_pixel_input, saturated_biases
 from .graph import check_vit, concrete_function, forward, takes_raw_pixels
 from .integer_graph import IntegerRanges
 from .int8 import check_ranges, int8_graph_scales, quantize_static, resolve_int8
@@ -260,6 +260,7 @@ def convert_full_integer(model, calibration):
     # layers' outputs closest (docs/export.md#full-integer-for-npus---target-npu).
     model_bytes = recompensate(model_bytes, float_bytes, to_rgb(calibration))
     model_bytes = explicit_transposes(raw_pixel_input(model_bytes))  # GPU-safe, as every mode
+    model_bytes = compact(model_bytes)  # the file's size is a target: ~70 KB of calibration leftovers and names
     saturated = saturated_biases(model_bytes)
     if saturated:
         raise ValueError(f"the npu target's int32 biases can't hold {len(saturated)} of this model's biases at their "
