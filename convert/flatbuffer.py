@@ -105,23 +105,6 @@ def float_compute_ops(model_bytes):
     return found
 
 
-def saturated_biases(model_bytes):
-    """Names of the int32 biases (of FULLY_CONNECTED and CONV_2D) that hit the int32 limits: a bias the quantizer
-    could not represent at its input scale x weight scale, clamped."""
-    model = unpack_inline(model_bytes)
-    graph, names, limit = model.subgraphs[0], op_names(model), np.iinfo(np.int32)
-    found = []
-    for op in graph.operators:
-        if names[op.opcodeIndex] in ("FULLY_CONNECTED", "CONV_2D") and len(op.inputs) > 2 and op.inputs[2] >= 0:
-            bias = graph.tensors[op.inputs[2]]
-            data = model.buffers[bias.buffer].data
-            if type_names()[bias.type] == "INT32" and data is not None and len(data):
-                values = np.asarray(data, np.uint8).view(np.int32)
-                if values.max() >= limit.max or values.min() <= limit.min:
-                    found.append(bias.name.decode() if isinstance(bias.name, bytes) else str(bias.name))
-    return found
-
-
 def compact(model_bytes):
     """The file without what no runtime reads: each tensor's calibrated min / max (its scale and zero point are
     what kernels use) and, of a name the converter joined from the ops it fused ("mul_5;layernorm_shift;qkv"),

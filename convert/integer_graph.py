@@ -43,10 +43,11 @@ def clip_level(largest, width, span=RSQRT_SPAN):
 
 
 def fine_sum_of_squares(parts, largest, width, span=RSQRT_SPAN):
-    """sum_c clip(x_c, -A, A)^2 over the channels of the (B, T, .) ``parts`` of a width-``width`` token (A:
+    """sum_c clip(x_c, -A, A)^2 over the channels of the one or two (B, T, .) ``parts`` of a width-``width`` token (A:
     ``clip_level``): the sum of squares for every token whose variance is below the top piece."""
     level = clip_level(largest, width, span)
-    return sum_of_squares(joined([tf.clip_by_value(part, -level, level) for part in parts]))
+    sums = [sum_of_squares(tf.clip_by_value(part, -level, level)) for part in parts]
+    return sums[0] if len(sums) == 1 else sums[0] + sums[1]  # no ADD_N: it has no int16 kernel
 
 
 def piecewise_rsqrt(variance, largest, pieces=RSQRT_PIECES, span=RSQRT_SPAN, fine=None):
@@ -151,9 +152,7 @@ def layer_norm(layer, x, gamma, beta, ranges):
     centred = x - mean * scale  # still at the stream's scale
     ordinary = centred * (scale == 1).astype("float32")
     true_outliers = channels(centred, big) * restore
-    # One product over both: this variance feeds only the top rsqrt piece, the massive tokens', for which the
-    # ordinary channels' coarser step in the joined tensor is noise; the lower pieces read the fine one.
-    variance = sum_of_squares(joined([ordinary, true_outliers])) * (1.0 / width) + layer.epsilon
+    variance = (sum_of_squares(ordinary) + sum_of_squares(true_outliers)) * (1.0 / width) + layer.epsilon
     normalized = centred * ranges.rsqrt(layer, variance, [ordinary, true_outliers], width)
     out = normalized * (gamma * (scale == 1))
     for restored, channel in zip(restore, big):  # each outlier channel put back in place at its true value

@@ -219,24 +219,6 @@ def test_a_model_with_massive_activations_exports_whole_and_agrees(tmp_path):
     assert np.abs(scores - reference).mean() < 0.01
 
 
-def test_a_bias_clamped_at_the_int32_limit_is_found(npu_file):
-    """The npu file's biases are int32: one the quantizer had to clamp is named (the export then refuses)."""
-    from vit_keras.convert.metadata import pack_model
-
-    data = npu_file.path.read_bytes()
-    assert flatbuffer.saturated_biases(data) == []
-    model = flatbuffer.unpack_inline(data)
-    graph, names = model.subgraphs[0], flatbuffer.op_names(model)
-    layer = next(op for op in graph.operators if names[op.opcodeIndex] in ("FULLY_CONNECTED", "CONV_2D")
-                 and len(op.inputs) > 2 and op.inputs[2] >= 0)  # the untrained dense layers' zero biases are dropped
-    bias = graph.tensors[layer.inputs[2]]
-    assert flatbuffer.type_names()[bias.type] == "INT32"
-    values = np.asarray(model.buffers[bias.buffer].data, np.uint8).view(np.int32).copy()
-    values[0] = np.iinfo(np.int32).max
-    model.buffers[bias.buffer].data = values.view(np.uint8)
-    assert flatbuffer.saturated_biases(pack_model(model, len(data))) == [bias.name.decode()]
-
-
 def test_compiled_model_reads_the_int16_scores_as_the_interpreter_does(npu_file):
     """ai-edge-litert's CompiledModel reads no int16 buffer; the runner reads its bytes (the npu file's output)."""
     interpreter = tflite_scores(npu_file.path, npu_file.test[:4])
