@@ -126,13 +126,10 @@ class IntegerRanges:
         return piecewise_rsqrt(variance, largest, fine=fine)
 
 
-def joined(parts):
-    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
-
-
 def channels(x, indices):
     """x[..., indices] as SLICEs (and a CONCATENATION): not every NPU plugin takes GATHER."""
-    return joined([x[..., int(c):int(c) + 1] for c in indices])
+    pieces = [x[..., int(c):int(c) + 1] for c in indices]
+    return pieces[0] if len(pieces) == 1 else tf.concat(pieces, axis=-1)
 
 
 def layer_norm(layer, x, gamma, beta, ranges):

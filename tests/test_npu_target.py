@@ -89,6 +89,16 @@ def test_variance_ranges_record_then_apply_and_name_a_layer_never_recorded():
 
 # ---- the traced full-integer graph equals Keras in float ---------------------------------------------------------
 
+def assert_equals_keras(model, test, ranges):
+    """The traced and the eager integer graph give Keras's scores on ``test``, in float."""
+    reference = keras_scores(model, test)
+    function = concrete_function(model, raw_pixels=True, variances=ranges)
+    traced = np.concatenate([function(rgb(test[i:i + 1]))["scores"].numpy() for i in range(len(test))])
+    assert np.abs(traced - reference).max() < 1e-4
+    eager = forward(model, rgb(test), raw_pixels=True, variances=ranges).numpy()
+    assert np.abs(eager - reference).max() < 1e-4
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_graph_with_variances_equals_keras(variant):
     model = tiny_model(**VARIANTS[variant])
@@ -101,12 +111,7 @@ def test_graph_with_variances_equals_keras(variant):
     norms = (keras.layers.LayerNormalization, keras.layers.GroupNormalization)
     assert set(variances.largest) == {layer.path for layer in model._flatten_layers() if isinstance(layer, norms)}
     variances.recording = False
-    reference = keras_scores(model, test)
-    function = concrete_function(model, raw_pixels=True, variances=variances)
-    traced = np.concatenate([function(rgb(test[i:i + 1]))["scores"].numpy() for i in range(len(test))])
-    assert np.abs(traced - reference).max() < 1e-4
-    eager = forward(model, rgb(test), raw_pixels=True, variances=variances).numpy()
-    assert np.abs(eager - reference).max() < 1e-4
+    assert_equals_keras(model, test, variances)
 
 
 def massive_model():
@@ -134,12 +139,7 @@ def test_outlier_channels_get_their_own_scale_and_the_graph_stays_exact():
     assert scale is not None and scale[3] < 0.25 and np.sum(scale < 1) <= 2
     assert 5 in ranges.hidden_outliers(model.blocks[1].fc1)
     assert not len(ranges.hidden_outliers(model.blocks[0].fc1))
-    reference = keras_scores(model, test)
-    function = concrete_function(model, raw_pixels=True, variances=ranges)
-    traced = np.concatenate([function(rgb(test[i:i + 1]))["scores"].numpy() for i in range(len(test))])
-    assert np.abs(traced - reference).max() < 1e-4
-    eager = forward(model, rgb(test), raw_pixels=True, variances=ranges).numpy()
-    assert np.abs(eager - reference).max() < 1e-4
+    assert_equals_keras(model, test, ranges)
 
 
 # ---- the npu file ------------------------------------------------------------------------------------------------
