@@ -8,6 +8,8 @@ here the converter gets it as builtin ops, so the device draws the map from its 
 import numpy as np
 import tensorflow as tf
 
+from .flatbuffer import read_model
+
 ROLLOUT_ADD = "attention_rollout"  # the rollout's ADD nodes: int8 keeps them in float
 
 
@@ -78,9 +80,7 @@ def attention_metadata(model):
 def rollout_output_names(model_bytes):
     """The tensor names of the converted model's rollout output (every output but the 2-D scores): the names by
     which int8 keeps its last op in float."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    graph = schema.Model.GetRootAs(model_bytes, 0).Subgraphs(0)
+    graph = read_model(model_bytes).Subgraphs(0)
     tensors = [graph.Tensors(int(t)) for t in graph.OutputsAsNumpy()]
     return [t.Name().decode("utf-8") for t in tensors if t.ShapeLength() != 2]
 
@@ -88,10 +88,8 @@ def rollout_output_names(model_bytes):
 def scores_output_first(model_bytes):
     """The flatbuffer with its (1, classes) scores as the subgraph's first output: the converter orders several
     outputs as it likes, and MediaPipe's ImageClassifier and Android read the first as the classification."""
-    from ai_edge_litert import schema_py_generated as schema
-
     data = bytearray(model_bytes)
-    graph = schema.Model.GetRootAs(data, 0).Subgraphs(0)
+    graph = read_model(data).Subgraphs(0)
     outputs = graph.OutputsAsNumpy()  # a view into ``data``: swapping its entries edits the file in place
     first = next(i for i, t in enumerate(outputs) if graph.Tensors(int(t)).ShapeLength() == 2)
     outputs[[0, first]] = outputs[[first, 0]]

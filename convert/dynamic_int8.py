@@ -14,11 +14,11 @@ and the position table are stored in float16, and the input is raw uint8 pixels,
 
 import numpy as np
 
-from .flatbuffer import opcode_index
+from .flatbuffer import (add_buffer, add_tensor, builtin, constant, free_buffers, new_op, opcode_index, pack_model,
+                         quantization, type_code, unpack_model)
 from .graph import POSITION_ADD
 from .half_tables import store_in_half
 from .int8 import nodes_named, op_outputs
-from .metadata import pack_model, unpack_model
 from .weight_rounding import WEIGHT_LEVELS, compensated_levels, layer_input_grams
 
 HYBRID_FC_VERSION = 12  # FULLY_CONNECTED with int8 per-channel weights on float inputs, as the converter writes it
@@ -44,19 +44,16 @@ def int8_dense_weights(model_bytes, grams=None):
     one that reads fewer (the head, a last block that computes the class token alone) keeps a float input and
     product, its kernel unpacked to float once at load by a DEQUANTIZE: the same bytes, and no time to speak of.
     grams: {op output index: X^T X} for ``quantize_rows``."""
-    from ai_edge_litert import schema_py_generated as schema
-
     model = unpack_model(model_bytes)
-    graph, float32 = model.subgraphs[0], schema.TensorType.FLOAT32
-    hybrid = opcode_index(model, schema.BuiltinOperator.FULLY_CONNECTED, HYBRID_FC_VERSION)
+    graph, float32 = model.subgraphs[0], type_code("FLOAT32")
+    hybrid = opcode_index(model, builtin("FULLY_CONNECTED"), HYBRID_FC_VERSION)
     freed, operators = set(), []
     for op in graph.operators:
         kernel = graph.tensors[op.inputs[1]] if op.opcodeIndex == hybrid else None
-        data = model.buffers[kernel.buffer].data if kernel is not None and kernel.buffer else None
-        if data is None or not len(data) or kernel.type != float32 or graph.tensors[op.inputs[0]].type != float32:
+        weights = constant(model, kernel) if kernel is not None else None
+        if weights is None or kernel.type != float32 or graph.tensors[op.inputs[0]].type != float32:
             operators.append(op)
             continue
-        weights = np.asarray(data, np.uint8).view(np.float32).reshape(kernel.shape)
         levels, scale = quantize_rows(weights, (grams or {}).get(int(op.outputs[0])))
         freed.add(kernel.buffer)
         store_levels(model, kernel, levels, scale)
@@ -66,62 +63,38 @@ def int8_dense_weights(model_bytes, grams=None):
             operators.append(unpacked_kernel(model, op))
         operators.append(op)
     graph.operators = operators
-    used = {tensor.buffer for tensor in graph.tensors}
-    for index in freed - used:  # the float kernels, unless the converter shared one with another tensor
-        model.buffers[index] = schema.BufferT()
+    free_buffers(model, freed)  # the float kernels
     return pack_model(model, len(model_bytes))
 
 
 def store_levels(model, kernel, levels, scale):
     """``kernel`` (a TensorT) made int8 with ``levels`` in a new buffer and one scale an output channel."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    buffer = schema.BufferT()
-    buffer.data = levels.view(np.uint8).ravel()
-    model.buffers.append(buffer)
-    kernel.buffer, kernel.type = len(model.buffers) - 1, schema.TensorType.INT8
-    kernel.quantization = schema.QuantizationParametersT()
-    kernel.quantization.scale, kernel.quantization.zeroPoint = scale, np.zeros(len(scale), np.int64)
-    kernel.quantization.quantizedDimension = 0
+    kernel.buffer, kernel.type = add_buffer(model, levels), type_code("INT8")
+    kernel.quantization = quantization(scale, axis=0)
 
 
 def unpacked_kernel(model, op):
     """A DEQUANTIZE of ``op``'s int8 kernel into a new float32 tensor, which ``op`` then reads."""
-    from ai_edge_litert import schema_py_generated as schema
-
     graph = model.subgraphs[0]
     kernel = graph.tensors[op.inputs[1]]
-    unpacked = schema.TensorT()
-    unpacked.name, unpacked.shape, unpacked.type = kernel.name + b"_float", kernel.shape, schema.TensorType.FLOAT32
-    graph.tensors.append(unpacked)
-    unpack = schema.OperatorT()
-    unpack.opcodeIndex = opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, DEQUANTIZE_VERSION)
-    unpack.inputs, unpack.outputs = [op.inputs[1]], [len(graph.tensors) - 1]
-    op.inputs = [op.inputs[0], len(graph.tensors) - 1, *op.inputs[2:]]
+    unpacked = add_tensor(graph, kernel.name + b"_float", kernel.shape, "FLOAT32")
+    unpack = new_op(opcode_index(model, builtin("DEQUANTIZE"), DEQUANTIZE_VERSION), [op.inputs[1]], [unpacked])
+    op.inputs = [op.inputs[0], unpacked, *op.inputs[2:]]
     return unpack
 
 
 def uint8_input(model_bytes):
     """The graph's float32 raw-pixel input taken as uint8 (scale 1, zero point 0) through a DEQUANTIZE: the same
     input as the static int8 file's, so apps and MediaPipe feed it the same raw pixels."""
-    from ai_edge_litert import schema_py_generated as schema
-
     model = unpack_model(model_bytes)
     graph = model.subgraphs[0]
     index = int(graph.inputs[0])
-    pixels = schema.TensorT()
     source = graph.tensors[index]
-    pixels.name, pixels.shape, pixels.type = source.name, source.shape, schema.TensorType.UINT8
-    pixels.shapeSignature = source.shapeSignature
-    pixels.quantization = schema.QuantizationParametersT()
-    pixels.quantization.scale, pixels.quantization.zeroPoint = np.ones(1, np.float32), np.zeros(1, np.int64)
+    pixels = add_tensor(graph, source.name, source.shape, "UINT8", quantization=quantization(1.0),
+                        shape_signature=source.shapeSignature)
     source.name = source.name + b"_float"
-    graph.tensors.append(pixels)
-    unpack = schema.OperatorT()
-    unpack.opcodeIndex = opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, DEQUANTIZE_VERSION)
-    unpack.inputs, unpack.outputs = [len(graph.tensors) - 1], [index]
-    graph.operators.insert(0, unpack)
-    graph.inputs = [len(graph.tensors) - 1] + [int(i) for i in graph.inputs[1:]]
+    graph.operators.insert(0, new_op(opcode_index(model, builtin("DEQUANTIZE"), DEQUANTIZE_VERSION), [pixels], [index]))
+    graph.inputs = [pixels] + [int(i) for i in graph.inputs[1:]]
     return pack_model(model, len(model_bytes))
 
 

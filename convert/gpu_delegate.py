@@ -17,7 +17,7 @@ It is a static check of op signatures, not a run: a GPU driver may still refuse 
 import collections
 import os
 
-from .flatbuffer import builtin_name, type_names
+from .flatbuffer import activation_names, builtin_name, options_table, read_model, type_names
 
 # The op types CheckGpuDelegateCompatibility accepts (its switch); any other builtin is "Not supported op".
 UNARY = {"ABS", "CEIL", "COS", "ELU", "EXP", "FLOOR", "GELU", "LOG", "LOGISTIC", "NEG", "RSQRT", "SIGN", "SIN",
@@ -56,8 +56,8 @@ class OpSignature:
 
     folded: tensors the delegate holds as constants although an op makes them (``constant_dequantized``)."""
 
-    def __init__(self, schema, model, graph, op, folded=frozenset()):
-        self.schema, self.op = schema, op
+    def __init__(self, model, graph, op, folded=frozenset()):
+        self.op = op
         self.name = builtin_name(model.OperatorCodes(op.OpcodeIndex()))
 
         def spec(index):
@@ -72,12 +72,7 @@ class OpSignature:
         self.runtime_inputs = sum(not constant for _, _, constant in self.inputs)
 
     def options(self, kind):
-        table = self.op.BuiltinOptions()
-        if table is None:
-            return None
-        options = getattr(self.schema, kind)()
-        options.Init(table.Bytes, table.Pos)
-        return options
+        return options_table(self.op, kind)
 
 
 def refusal(sig):
@@ -132,7 +127,7 @@ def refusal(sig):
         return "DEQUANTIZE of int16"
     if name in ACTIVATION_OPS:
         options = sig.options(ACTIVATION_OPS[name])
-        activations = {v: k for k, v in vars(sig.schema.ActivationFunctionType).items() if not k.startswith("_")}
+        activations = activation_names()
         if options and activations.get(options.FusedActivationFunction()) in REFUSED_ACTIVATIONS:
             return f"fused {activations[options.FusedActivationFunction()]} activation"
     return None
@@ -171,18 +166,16 @@ def constant_dequantized(model, graph):
 
 def op_signatures(path):
     """Every op of a .tflite file as an ``OpSignature``; a clear error for a file that is no TFLite model."""
-    from ai_edge_litert import schema_py_generated as schema
-
     from .metadata import read_flatbuffer
 
     data = read_flatbuffer(os.fspath(path))
     try:
-        model = schema.Model.GetRootAs(data, 0)
+        model = read_model(data)
         signatures = []
         for s in range(model.SubgraphsLength()):
             graph = model.Subgraphs(s)
             folded = constant_dequantized(model, graph)
-            signatures += [OpSignature(schema, model, graph, graph.Operators(i), folded)
+            signatures += [OpSignature(model, graph, graph.Operators(i), folded)
                            for i in range(graph.OperatorsLength())]
     except Exception as error:  # a truncated or corrupt flatbuffer fails anywhere in the generated reader
         raise ValueError(f"`tflite` file {os.fspath(path)!r} is not a readable TFLite model: "

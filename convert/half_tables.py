@@ -11,8 +11,8 @@ graph runs as before.
 
 import numpy as np
 
-from .flatbuffer import opcode_index
-from .metadata import pack_model, unpack_model
+from .flatbuffer import (add_buffer, add_tensor, builtin, constant, free_buffers, new_op, opcode_index, pack_model,
+                         type_code, unpack_model)
 
 HALF_DEQUANTIZE_VERSION = 3  # DEQUANTIZE's version for float16 inputs, as the converter writes in float16 files
 
@@ -20,8 +20,6 @@ HALF_DEQUANTIZE_VERSION = 3  # DEQUANTIZE's version for float16 inputs, as the c
 def store_in_half(model_bytes, op_outputs):
     """``model_bytes`` with each constant float32 input of the ops writing ``op_outputs`` (tensor names) kept in
     float16 behind a DEQUANTIZE. A name that no op writes is an error, so a renamed graph node cannot go unseen."""
-    from ai_edge_litert import schema_py_generated as schema
-
     model = unpack_model(model_bytes)
     graph = model.subgraphs[0]
     names = {tensor.name.decode(): i for i, tensor in enumerate(graph.tensors)}  # the object API keeps bytes
@@ -36,22 +34,14 @@ def store_in_half(model_bytes, op_outputs):
             continue
         for index in op.inputs:
             tensor = graph.tensors[index]
-            data = model.buffers[tensor.buffer].data if tensor.buffer else None
-            if tensor.type != schema.TensorType.FLOAT32 or data is None or len(data) == 0:
+            values = constant(model, tensor) if tensor.type == type_code("FLOAT32") else None
+            if values is None:
                 continue
-            half = schema.TensorT()
-            half.name, half.shape, half.type = tensor.name + b"_half", tensor.shape, schema.TensorType.FLOAT16
-            buffer = schema.BufferT()
-            buffer.data = np.asarray(data, np.uint8).view(np.float32).astype(np.float16).view(np.uint8)
-            model.buffers.append(buffer)
-            half.buffer = len(model.buffers) - 1
-            graph.tensors.append(half)
+            half = add_tensor(graph, tensor.name + b"_half", tensor.shape, "FLOAT16",
+                              buffer=add_buffer(model, values.astype(np.float16)))
             old_buffer, tensor.buffer = tensor.buffer, 0  # the float32 tensor becomes the DEQUANTIZE's output
-            if all(t.buffer != old_buffer for t in graph.tensors):  # unless the converter shared the constant
-                model.buffers[old_buffer] = schema.BufferT()
-            unpack = schema.OperatorT()
-            unpack.opcodeIndex = opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, HALF_DEQUANTIZE_VERSION)
-            unpack.inputs, unpack.outputs = [len(graph.tensors) - 1], [index]
+            free_buffers(model, [old_buffer])
+            unpack = new_op(opcode_index(model, builtin("DEQUANTIZE"), HALF_DEQUANTIZE_VERSION), [half], [index])
             operators.insert(len(operators) - 1, unpack)  # just before its op: XNNPACK's partition stays one
     graph.operators = operators
     return pack_model(model, len(model_bytes))

@@ -17,9 +17,8 @@ import os
 
 import numpy as np
 
-from .flatbuffer import op_names, unpack_inline
+from .flatbuffer import add_buffer, constant, op_names, pack_model, type_code, unpack_inline, unpack_model
 from .graph import keras_scores
-from .metadata import pack_model, unpack_model
 from .runtime import model_input, prepare, preserving_interpreter
 from .verify import verify_data
 
@@ -30,24 +29,16 @@ class NotQuantizedError(ValueError):
     """A per-layer report asked of a file with no quantized activations."""
 
 
-def tensor_types():
-    from ai_edge_litert import schema_py_generated as schema
-
-    return schema.TensorType
-
-
 def is_quantized(tensor):
     """Whether a tensor carries a quantization scale (int8, uint8, int16 or int32 values standing for floats)."""
     q = tensor.quantization
-    return q is not None and q.scale is not None and len(q.scale) > 0 and tensor.type != tensor_types().FLOAT32
+    return q is not None and q.scale is not None and len(q.scale) > 0 and tensor.type != type_code("FLOAT32")
 
 
-def dequantize(data, tensor):
-    """A constant's stored integers as float32, per channel where it has one scale a channel."""
-    types = tensor_types()
-    dtype = {types.INT8: np.int8, types.UINT8: np.uint8, types.INT16: np.int16, types.INT32: np.int32,
-             types.INT64: np.int64}[tensor.type]
-    values = np.asarray(data, np.uint8).view(dtype).reshape(tensor.shape).astype(np.float64)
+def dequantize(values, tensor):
+    """A constant's stored integers (``flatbuffer.constant``) as float32, per channel where it has one scale a
+    channel."""
+    values = values.astype(np.float64)
     q = tensor.quantization
     shape = [1] * values.ndim
     if len(q.scale) > 1:
@@ -60,25 +51,20 @@ def float_twin(model_bytes):
     """(twin bytes, {int8 tensor index: twin tensor index}): ``model_bytes`` with every quantized tensor made
     float32 (constants dequantized) and the conversions between them dropped. A dropped conversion's output
     maps to its input, the value before rounding."""
-    from ai_edge_litert import schema_py_generated as schema
-
     model = unpack_inline(model_bytes)
-    graph, codes = model.subgraphs[0], op_names(model)
+    graph, codes, float32 = model.subgraphs[0], op_names(model), type_code("FLOAT32")
     for tensor in graph.tensors:
         if not is_quantized(tensor):
             continue
-        data = model.buffers[tensor.buffer].data if tensor.buffer else None
-        if data is not None and len(data):
-            buffer = schema.BufferT()
-            buffer.data = dequantize(data, tensor).view(np.uint8).ravel()
-            model.buffers.append(buffer)
-            tensor.buffer = len(model.buffers) - 1
-        tensor.type, tensor.quantization = tensor_types().FLOAT32, None
+        values = constant(model, tensor)
+        if values is not None:
+            tensor.buffer = add_buffer(model, dequantize(values, tensor))
+        tensor.type, tensor.quantization = float32, None
     alias, kept = {}, []
     for op in graph.operators:
         op.inputs = [alias.get(int(i), int(i)) for i in op.inputs]
         source, out = int(op.inputs[0]), int(op.outputs[0])
-        if codes[op.opcodeIndex] in CONVERSION_OPS and graph.tensors[source].type == tensor_types().FLOAT32:
+        if codes[op.opcodeIndex] in CONVERSION_OPS and graph.tensors[source].type == float32:
             alias[out] = source
         else:
             kept.append(op)
@@ -96,8 +82,7 @@ def quantized_activations(model_bytes):
     inputs that an op with int8 weights quantizes at run time, one scale a row (dynamic range; scale None)."""
     model = unpack_model(model_bytes)
     graph, codes = model.subgraphs[0], op_names(model)
-    types = tensor_types()
-    levels = {types.INT8: (-128, 127), types.UINT8: (0, 255), types.INT16: (-32768, 32767)}
+    levels = {type_code("INT8"): (-128, 127), type_code("UINT8"): (0, 255), type_code("INT16"): (-32768, 32767)}
     found = {}
     for op in graph.operators:
         code, inputs = codes[op.opcodeIndex], [int(i) for i in op.inputs]
@@ -106,7 +91,7 @@ def quantized_activations(model_bytes):
             if is_quantized(tensor) and tensor.type in levels:
                 found[int(index)] = (tensor.name.decode(), code, float(tensor.quantization.scale[0]),
                                      int(tensor.quantization.zeroPoint[0]), *levels[tensor.type])
-        if code in WEIGHT_OPS and len(inputs) > 1 and graph.tensors[inputs[0]].type == types.FLOAT32 \
+        if code in WEIGHT_OPS and len(inputs) > 1 and graph.tensors[inputs[0]].type == type_code("FLOAT32") \
                 and is_quantized(graph.tensors[inputs[1]]):
             name = graph.tensors[int(op.outputs[0])].name.decode()
             found.setdefault(inputs[0], (name, f"dynamic:{code}", None, None, -128, 127))

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from .metadata import pack_model, unpack_model
+from .flatbuffer import pack_model, unpack_model
 
 BINS = 2048  # histogram bins over each activation's calibrated range
 LEVELS = 255  # int8 steps across a range

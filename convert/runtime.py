@@ -12,7 +12,7 @@ from vit_keras.constants import RUNTIMES
 from vit_keras.ticker import Ticker
 
 from . import metadata as tflite_metadata
-from .flatbuffer import builtin_name
+from .flatbuffer import builtin_name, read_model, type_code
 
 
 def model_input(path):
@@ -176,11 +176,9 @@ def op_precisions(path):
 
     An op is integer when an input or output tensor is quantized (int8 activations, or a dynamic-range
     op's int8 weights); QUANTIZE and DEQUANTIZE, the conversions between the two, are in neither."""
-    from ai_edge_litert import schema_py_generated as schema
-
     with open(path, "rb") as f:
-        model = schema.Model.GetRootAs(f.read(), 0)
-    quantized = {getattr(schema.TensorType, name) for name in QUANTIZED_TYPES}
+        model = read_model(f.read())
+    quantized = {type_code(name) for name in QUANTIZED_TYPES}
     precision = {"float": collections.Counter(), "integer": collections.Counter()}
     for s in range(model.SubgraphsLength()):
         graph = model.Subgraphs(s)

@@ -12,7 +12,7 @@ for our ops only: an op or version not listed gets "unknown", never a guess.
 
 from vit_keras.constants import COMPAT_RUNTIMES
 
-from .flatbuffer import builtin_name
+from .flatbuffer import builtin_name, read_model
 
 # op -> the release that first ran version 1, 2, ... of it.
 OP_RELEASES = {
@@ -51,10 +51,8 @@ def version_key(version):
 
 def op_versions(model_bytes):
     """{(op name, version)} of every op in a .tflite flatbuffer (custom ops as ("CUSTOM:name", version))."""
-    from ai_edge_litert import schema_py_generated as schema
-
     try:
-        model = schema.Model.GetRootAs(model_bytes, 0)
+        model = read_model(model_bytes)
         used = set()
         for s in range(model.SubgraphsLength()):
             graph = model.Subgraphs(s)

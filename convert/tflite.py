@@ -18,7 +18,7 @@ from vit_keras.ticker import Ticker
 from .attention_output import scores_output_first
 from .dynamic_int8 import int8_from_float
 from .weight_rounding import recompensate
-from .flatbuffer import builtin_code, compact, float_compute_ops, raw_pixel_input
+from .flatbuffer import builtin, builtin_code, compact, float_compute_ops, raw_pixel_input, read_model
 from .graph import check_vit, concrete_function, forward, takes_raw_pixels
 from .integer_graph import IntegerRanges
 from .int8 import check_ranges, int8_graph_scales, quantize_static, resolve_int8
@@ -90,13 +90,11 @@ def representative_dataset(images):
 
 def unsupported_ops(model_bytes):
     """Names of the custom / Flex (SELECT_TF_OPS) operators in a .tflite flatbuffer."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    model = schema.Model.GetRootAs(model_bytes, 0)
+    model = read_model(model_bytes)
     names = []
     for i in range(model.OperatorCodesLength()):
         code = model.OperatorCodes(i)
-        if builtin_code(code) == schema.BuiltinOperator.CUSTOM:
+        if builtin_code(code) == builtin("CUSTOM"):
             names.append((code.CustomCode() or b"?").decode("utf-8"))
     return names
 

@@ -15,23 +15,17 @@ import copy
 
 import numpy as np
 
-from .flatbuffer import builtin_code, builtin_name, type_names
+from .flatbuffer import (add_buffer, add_opcode, add_tensor, builtin, builtin_code, builtin_name, new_op,
+                         options_table, pack_model, read_model, type_names, unpack_model)
 
 # TRANSPOSE's op version by its input's tensor type and rank (TFLite's op_version.cc: int8 v2, bool v3, rank 5 v4,
 # int16 v5, rank 6 v6); float32 and anything else at rank <= 4: v1.
 TRANSPOSE_TYPE_VERSIONS = {"INT8": 2, "BOOL": 3, "INT16": 5}
 
 
-def schema_module():
-    from ai_edge_litert import schema_py_generated as schema
-
-    return schema
-
-
 def adjoint_matmuls(model_bytes):
     """[(subgraph, op index, "adj_x" / "adj_y")] of every BATCH_MATMUL flag set in a .tflite flatbuffer."""
-    schema = schema_module()
-    model = schema.Model.GetRootAs(model_bytes, 0)
+    model = read_model(model_bytes)
     flagged = []
     for s in range(model.SubgraphsLength()):
         graph = model.Subgraphs(s)
@@ -39,11 +33,9 @@ def adjoint_matmuls(model_bytes):
             op = graph.Operators(i)
             if builtin_name(model.OperatorCodes(op.OpcodeIndex())) != "BATCH_MATMUL":
                 continue
-            table = op.BuiltinOptions()
-            if table is None:
+            options = options_table(op, "BatchMatMulOptions")
+            if options is None:
                 continue
-            options = schema.BatchMatMulOptions()
-            options.Init(table.Bytes, table.Pos)
             flagged += [(s, i, flag) for flag, value in (("adj_x", options.AdjX()), ("adj_y", options.AdjY())) if value]
     return flagged
 
@@ -57,36 +49,22 @@ def transpose_version(tensor):
 class Rewriter:
     """Adds TRANSPOSE ops to an unpacked model (ModelT): one op code per version, one perm tensor per rank."""
 
-    def __init__(self, schema, model):
-        self.schema, self.model = schema, model
+    def __init__(self, model):
+        self.model = model
         self.codes, self.perms = {}, {}
 
     def opcode(self, version):
         if version not in self.codes:
-            code = self.schema.OperatorCodeT()
-            code.builtinCode = code.deprecatedBuiltinCode = self.schema.BuiltinOperator.TRANSPOSE
-            code.version = version
-            self.model.operatorCodes.append(code)
-            self.codes[version] = len(self.model.operatorCodes) - 1
+            self.codes[version] = add_opcode(self.model, builtin("TRANSPOSE"), version)
         return self.codes[version]
-
-    def buffer(self, data=None):
-        buffer = self.schema.BufferT()
-        if data is not None:
-            buffer.data = np.frombuffer(data, dtype=np.uint8)
-        self.model.buffers.append(buffer)
-        return len(self.model.buffers) - 1
 
     def perm(self, graph, rank):
         """The constant perm tensor that swaps the last two axes of a rank-``rank`` tensor."""
         if (id(graph), rank) not in self.perms:
             order = np.arange(rank, dtype="<i4")
             order[-2:] = order[-2:][::-1]
-            tensor = self.schema.TensorT()
-            tensor.shape, tensor.type = np.array([rank], dtype=np.int32), self.schema.TensorType.INT32
-            tensor.buffer, tensor.name = self.buffer(order.tobytes()), f"adjoint_perm_{rank}d"
-            graph.tensors.append(tensor)
-            self.perms[id(graph), rank] = len(graph.tensors) - 1
+            self.perms[id(graph), rank] = add_tensor(graph, f"adjoint_perm_{rank}d", np.array([rank], dtype=np.int32),
+                                                     "INT32", buffer=add_buffer(self.model, order))
         return self.perms[id(graph), rank]
 
     def transpose(self, graph, index):
@@ -95,16 +73,12 @@ class Rewriter:
         tensor = copy.deepcopy(source)
         tensor.shape = swap_last_two(source.shape)
         tensor.shapeSignature = swap_last_two(source.shapeSignature)
-        tensor.buffer = self.buffer()
+        tensor.buffer = add_buffer(self.model)
         tensor.name = (source.name or b"tensor") + b"/transposed"
         graph.tensors.append(tensor)
         output = len(graph.tensors) - 1
-        op = self.schema.OperatorT()
-        op.opcodeIndex = self.opcode(transpose_version(source))
-        op.inputs = np.array([index, self.perm(graph, len(source.shape))], dtype=np.int32)
-        op.outputs = np.array([output], dtype=np.int32)
-        op.builtinOptionsType = self.schema.BuiltinOptions.TransposeOptions
-        op.builtinOptions = self.schema.TransposeOptionsT()
+        op = new_op(self.opcode(transpose_version(source)), [index, self.perm(graph, len(source.shape))], [output],
+                    options="TransposeOptions")
         return op, output
 
 
@@ -121,13 +95,9 @@ def explicit_transposes(model_bytes):
     just before the op (the op order stays topological); the bytes unchanged where no flag is set."""
     if not adjoint_matmuls(model_bytes):
         return bytes(model_bytes)
-    from .metadata import pack_model, unpack_model
-
-    schema = schema_module()
     model = unpack_model(model_bytes)
-    rewriter = Rewriter(schema, model)
-    matmuls = {i for i, code in enumerate(model.operatorCodes)
-               if builtin_code(code) == schema.BuiltinOperator.BATCH_MATMUL}
+    rewriter = Rewriter(model)
+    matmuls = {i for i, code in enumerate(model.operatorCodes) if builtin_code(code) == builtin("BATCH_MATMUL")}
     for graph in model.subgraphs:
         operators = []
         for op in graph.operators:

@@ -14,8 +14,7 @@ import numpy as np
 
 from vit_keras.framework import ops_details
 
-from .flatbuffer import op_names, unpack_inline
-from .metadata import pack_model, unpack_model
+from .flatbuffer import op_names, pack_model, unpack_inline, unpack_model
 from .runtime import preserving_interpreter
 
 WEIGHT_LEVELS = 127  # symmetric int8 weights: -127..127, zero point 0

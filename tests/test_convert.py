@@ -674,3 +674,14 @@ def test_attention_output_refuses_the_float_ops_sweep(run_dir, fashion, tmp_path
         tflite_export.export_tflite(run_dir / "model.keras", tmp_path / "x.tflite", quantize="int8",
                                     calibration=fashion[0][:200], attention_output=True, min_agreement=0.99)
     assert not (tmp_path / "x.tflite").exists()
+
+
+def test_only_flatbuffer_and_metadata_touch_the_generated_schema():
+    """Flatbuffer reading and editing live in convert/flatbuffer.py (the graph) and convert/metadata.py (packing and
+    the metadata tables); every other converter module goes through them (ARCHITECTURE.md)."""
+    import pathlib
+
+    folder = pathlib.Path(__file__).resolve().parents[1] / "convert"
+    users = sorted(path.name for path in folder.glob("*.py")
+                   if "schema_py_generated" in path.read_text() or "GetRootAs" in path.read_text())
+    assert users == ["flatbuffer.py", "metadata.py"]
