@@ -213,7 +213,7 @@ def no_smoothing_row(model, calibration, test, reference, folder):
     from vit_keras.convert.graph import norm_count
     from vit_keras.convert.runtime import tflite_scores
 
-    calibrated = convert_graph(model, "int8", calibration, smooth_norms=False)
+    calibrated = convert_graph(model, "int8", calibration)
     path = os.path.join(folder, "no_smoothing.tflite")
     with open(path, "wb") as f:
         f.write(quantize_int8(calibrated, num_norms=norm_count(model),

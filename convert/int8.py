@@ -206,11 +206,12 @@ def check_ranges(ranges):
         raise ValueError(f"Unknown `ranges`={ranges!r} (--ranges); valid values are {', '.join(INT8_RANGES)}.")
 
 
-def int8_graph_scales(model, calibration, activations, smooth_norms):
+def int8_graph_scales(model, calibration, activations):
     """(fused qkv's per-head scales, smoothing factors or None) for int8's graph. Static int8 equalizes the heads
-    for their one shared scale (``qkv_scales``); dynamic int8 needs no equal heads, but smooths."""
+    for their one shared scale (``qkv_scales``) and does not smooth (a gain within one calibration draw's noise:
+    docs/benchmarks.md#layernorm-smoothing); dynamic int8 needs no equal heads, but smooths."""
     if activations == "static":
-        return qkv_scales(model, calibration), smoothing_scales(model, calibration) if smooth_norms else None
+        return qkv_scales(model, calibration), None
     same = {block.attn.path: [(1.0, 1.0)] * block.attn.num_heads for block in model.blocks
             if fusable_heads(block.attn.num_heads)}  # one qkv layer a block, as the static graph
     return same, smoothing_scales(model, calibration)

@@ -168,14 +168,12 @@ def convert_plan(model, plan):
     return scores_output_first(model_bytes)
 
 
-def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False, smooth_norms=False,
-                  attention_output=False, ranges="mse", activations="static"):
+def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=False, attention_output=False,
+                  ranges="mse", activations="static"):
     """The TFLite converter's output: the final model, or for int8 the float model it quantizes: calibrated
     (``activations`` "static") or, for dynamic int8, its float graph with the dense inputs smoothed.
 
     calibration: int8's calibration images (an array, as ``calibration_images`` returns them), all used.
-    smooth_norms: static int8 only; the dense inputs smoothed into the weights (``smoothing.smoothing_scales``;
-      what it buys: docs/benchmarks.md#int8-on-models-trained-elsewhere).
     ranges: static int8 only; "mse": each activation's range is the one with the least int8 rounding and clipping
       error over the calibration images (``ranges.mse_ranges``); "minmax": their min and max, as the converter
       records them.
@@ -190,7 +188,7 @@ def convert_graph(model, quantize="float32", calibration=None, dynamic_batch=Fal
     scales = smoothing = None
     if quantize == "int8":
         calibration = calibration_images(calibration, model, limit=None)
-        scales, smoothing = int8_graph_scales(model, calibration, activations, smooth_norms)
+        scales, smoothing = int8_graph_scales(model, calibration, activations)
     function = concrete_function(model, raw_pixels=takes_raw_pixels(model, quantize),
                                  batch_size=None if dynamic_batch else 1, qkv_scales=scales, norm_scales=smoothing,
                                  attention_output=attention_output)
