@@ -9,8 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 from .flatbuffer import read_model
+from .node_names import ROLLOUT_ADD
 
-ROLLOUT_ADD = "attention_rollout"  # the rollout's ADD nodes: int8 keeps them in float
 
 
 def readout_row(weights, prefix, gap):

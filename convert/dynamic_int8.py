@@ -16,9 +16,9 @@ import numpy as np
 
 from .flatbuffer import (add_buffer, add_tensor, builtin, constant, free_buffers, new_op, opcode_index, pack_model,
                          quantization, type_code, unpack_model)
-from .graph import POSITION_ADD
 from .half_tables import store_in_half
 from .int8 import nodes_named, op_outputs
+from .node_names import POSITION_ADD
 from .weight_rounding import WEIGHT_LEVELS, compensated_levels, layer_input_grams
 
 HYBRID_FC_VERSION = 12  # FULLY_CONNECTED with int8 per-channel weights on float inputs, as the converter writes it

@@ -36,18 +36,14 @@ from vit_keras.models.vision_transformer import VisionTransformer
 
 from .attention_output import rollout_graph, token_slice
 from . import integer_graph
+from .node_names import (ATTENTION_MASK, ATTENTION_OUT, GROUPNORM_SHIFT, HEAD, LAYERNORM_EPSILON, LAYERNORM_SHIFT, MLP_IN,
+                         MLP_OUT, POSITION_ADD, PRE_LOGITS, QKV, RESIDUAL, SEQUENCE_POOL, STEM_POOL, STEM_RESIDUAL)
 
 # Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: (x - mean) / std per channel
 # (normalization.pixel_normalization). The luma weights, scaled to sum to 1, commute with a 1-channel model's
 # one mean and std.
 RGB_TO_GRAY = np.array(LUMA_WEIGHTS, dtype="float32")
-# The names of the graph's FULLY_CONNECTED layers by role; no digits, as TF and the converter append numbers.
-DENSE_ROLES = ("qkv", "attention_out", "mlp_in", "mlp_out", "sequence_pool", "pre_logits", "head")
 RGB_TO_GRAY /= RGB_TO_GRAY.sum()
-# Names of a ResNet stem's ops that int8 keeps in float (int8.stem_nodes): its own residual stream.
-GROUPNORM_SHIFT, STEM_RESIDUAL, STEM_POOL = "groupnorm_shift", "stem_residual", "stem_pool"
-# Node names int8 finds its float-kept ops by (int8.default_float_nodes).
-POSITION_ADD, RESIDUAL, LAYERNORM_SHIFT, ATTENTION_MASK = "embedding", "residual", "layernorm_shift", "attention_mask"
 # LSA's diagonal mask: float16 holds -3e4, not -1e9; an int16 graph needs the logits' range kept narrow, and int16
 # SOFTMAX counts anything 10 below the row's largest logit as exp(-10) already.
 FLOAT_MASK, INTEGER_MASK = -3e4, -64.0
@@ -85,7 +81,7 @@ def layer_norm(layer, x, smooth=None, variances=None):
         return integer_graph.layer_norm(layer, x, gamma, beta, variances)
     centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
     variance = tf.reduce_mean(centred * centred, axis=-1, keepdims=True)
-    inverse = tf.math.rsqrt(tf.add(variance, layer.epsilon, name="layernorm_epsilon"))
+    inverse = tf.math.rsqrt(tf.add(variance, layer.epsilon, name=LAYERNORM_EPSILON))
     if smooth is None:
         return tf.add(centred * inverse * tf.constant(gamma), tf.constant(beta), name=LAYERNORM_SHIFT)
     # Scaled before the rsqrt's MUL: a constant MUL next to the FULLY_CONNECTED is folded into its kernel by the
@@ -102,7 +98,7 @@ def group_norm(layer, x, variances=None):
     mean = tf.reduce_mean(grouped, axis=[1, 3], keepdims=True)
     centred = grouped - mean
     variance = tf.reduce_mean(centred * centred, axis=[1, 3], keepdims=True)
-    shifted = tf.add(variance, layer.epsilon, name="layernorm_epsilon")
+    shifted = tf.add(variance, layer.epsilon, name=LAYERNORM_EPSILON)
     y = centred * (tf.math.rsqrt(shifted) if variances is None else variances.rsqrt(layer, shifted))
     y = tf.reshape(y, (-1, height, width, channels)) * tf.constant(numpy(layer.gamma))
     return tf.add(y, tf.constant(numpy(layer.beta)), name=GROUPNORM_SHIFT)
@@ -179,8 +175,8 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
             out_kernel[v.start - 2 * d: v.stop - 2 * d] /= beta
 
     def project(inputs, col):
-        return tf.add(tf.matmul(inputs, tf.constant(kernel[:, col]), name="qkv"), tf.constant(bias[col]),
-                      name="qkv_bias")
+        return tf.add(tf.matmul(inputs, tf.constant(kernel[:, col]), name=QKV), tf.constant(bias[col]),
+                      name=f"{QKV}_bias")
 
     if scales is not None and not query_tokens:
         order = np.concatenate([np.arange(d * 3)[col] for head in cols for col in head])  # head-major q, k, v
@@ -201,7 +197,7 @@ def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=N
         outputs.append(tf.matmul(weights, v))
     if maps is not None:
         maps.append(weights_per_head)
-    return dense(attn.out, concat_even(outputs), "attention_out", kernel=out_kernel, bias=out_bias)
+    return dense(attn.out, concat_even(outputs), ATTENTION_OUT, kernel=out_kernel, bias=out_bias)
 
 
 def patch_embedding(layer, x, pixel_affine=None, column_scale=None):
@@ -279,7 +275,7 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
         variances.observe_stream(z)
         return z
     fc1_kernel = numpy(block.fc1.kernel) * (1.0 if smooth2 is None else smooth2[:, None])
-    hidden = tf.nn.gelu(dense(block.fc1, normed, "mlp_in", kernel=fc1_kernel), approximate=block.gelu_approximate)
+    hidden = tf.nn.gelu(dense(block.fc1, normed, MLP_IN, kernel=fc1_kernel), approximate=block.gelu_approximate)
     if observe_norm is not None:
         observe_norm(block.fc2, hidden)
     fc2_kernel = None
@@ -287,7 +283,7 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
         hidden = tf.multiply(hidden, tf.constant((1 / smooth3).reshape(1, 1, -1)), name="gelu_smooth")
         fc2_kernel = numpy(block.fc2.kernel) * smooth3[:, None]
     # named: int8 keeps the residual stream in float
-    return tf.add(z, dense(block.fc2, hidden, "mlp_out", kernel=fc2_kernel), name=RESIDUAL)
+    return tf.add(z, dense(block.fc2, hidden, MLP_OUT, kernel=fc2_kernel), name=RESIDUAL)
 
 
 def takes_raw_pixels(model, quantize):
@@ -344,7 +340,7 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
                               variances=variances)
     x = layer_norm(model.encoder_norm, x, variances=variances)
     x = readout(model.pooling_layer, x, token_weights)
-    for layer, role in ((model.pre_logits, "pre_logits"), (model.head, "head")):
+    for layer, role in ((model.pre_logits, PRE_LOGITS), (model.head, HEAD)):
         if layer is not None:
             x = dense(layer, x, role)
     return tf.nn.softmax(tf.cast(x, tf.float32), axis=-1)
@@ -361,7 +357,7 @@ def readout(pool, x, token_weights=None):
     if pool.pooling == "gap":
         return tf.reduce_mean(x, axis=1)
     tokens = x.shape[1]  # sequence pooling: softmax(z w + b)^T z, as one BATCH_MATMUL
-    weights = tf.nn.softmax(tf.reshape(dense(pool.score, x, "sequence_pool"), (-1, 1, tokens)), axis=-1)
+    weights = tf.nn.softmax(tf.reshape(dense(pool.score, x, SEQUENCE_POOL), (-1, 1, tokens)), axis=-1)
     if token_weights is not None:
         token_weights.append(weights)
     return tf.reshape(tf.matmul(weights, x), (-1, width))

@@ -10,7 +10,6 @@ types are kept in float by type (``INT8_FLOAT_OPS``), single ops by the node nam
 
 import collections
 import functools
-import re
 
 import numpy as np
 import tensorflow as tf
@@ -19,10 +18,11 @@ from vit_keras import framework
 from vit_keras.constants import INT8_ACTIVATIONS, INT8_RANGES
 from vit_keras.models.stems import ResNetV2Stem
 
-from .graph import (ATTENTION_MASK, DENSE_ROLES, GROUPNORM_SHIFT, LAYERNORM_SHIFT, POSITION_ADD, RESIDUAL, STEM_POOL,
-                    STEM_RESIDUAL, forward, fusable_heads, norm_count)
-from .attention_output import ROLLOUT_ADD, rollout_output_names
+from .graph import forward, fusable_heads, norm_count
+from .attention_output import rollout_output_names
 from .half_tables import store_in_half
+from .node_names import (ATTENTION_MASK, DENSE_ROLES, GROUPNORM_SHIFT, LAYERNORM_EPSILON, LAYERNORM_SHIFT, POSITION_ADD,
+                         RESIDUAL, ROLLOUT_ADD, STEM_POOL, STEM_RESIDUAL, carries, numbered)
 from .smoothing import smoothing_scales
 
 # int8 keeps these ops in float. BATCH_MATMUL, SOFTMAX, GELU, RSQRT: XNNPACK has no int8
@@ -43,13 +43,8 @@ INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MU
                   "SPLIT")
 INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op in XNNPACK
 DYNAMIC_MIN_WIDTH = 192  # "auto" int8 is dynamic from this width (ViT-Ti) up (``resolve_int8``)
-INT8_FLOAT_NODES = ("layernorm_epsilon",)  # with RSQRT: LayerNorm's variance + epsilon
+INT8_FLOAT_NODES = (LAYERNORM_EPSILON,)  # with RSQRT: LayerNorm's variance + epsilon
 LAYOUT_OPS = ("RESHAPE", "PAD")  # int8 keeps them in float where they don't read the input (``layout_nodes``)
-
-
-def float_node_names(base_names, count=1000):
-    """TF names a repeated op name_1, name_2, ...; the quantizer matches exact node names."""
-    return [f"{name}_{i}" if i else name for name in base_names for i in range(count)]
 
 
 def default_float_nodes(model, calibrated):
@@ -57,8 +52,8 @@ def default_float_nodes(model, calibrated):
     embedding, the residual stream, LayerNorm's shift and LSA's mask (named in convert/graph.py), a stem
     (``stem_nodes``) and the reshapes and pads (``layout_nodes``)."""
     heads = sum(block.num_heads for block in model.blocks)
-    return ([POSITION_ADD] + float_node_names((RESIDUAL, LAYERNORM_SHIFT), norm_count(model))
-            + float_node_names((ATTENTION_MASK,), heads) + stem_nodes(model, calibrated)
+    return ([POSITION_ADD] + numbered((RESIDUAL, LAYERNORM_SHIFT), norm_count(model))
+            + numbered((ATTENTION_MASK,), heads) + stem_nodes(model, calibrated)
             + layout_nodes(calibrated))
 
 
@@ -93,7 +88,7 @@ def stem_nodes(model, calibrated):
 
 
 def dense_role_nodes(calibrated, roles):
-    """Names of the FULLY_CONNECTED ops of ``roles`` (graph.DENSE_ROLES)."""
+    """Names of the FULLY_CONNECTED ops of ``roles`` (node_names.DENSE_ROLES)."""
     return nodes_named(calibrated, "FULLY_CONNECTED", roles)
 
 
@@ -103,9 +98,7 @@ def nodes_named(calibrated, op_name, base_names):
     float only by that whole name; a base name among the parts has a number after it or none."""
     if not base_names:
         return []
-    pattern = re.compile(r"^(?:%s)_?\d*$" % "|".join(map(re.escape, base_names)))
-    return [name for name, _ in op_outputs(calibrated, op_name)
-            if any(pattern.match(part) for part in name.split(";"))]
+    return [name for name, _ in op_outputs(calibrated, op_name) if carries(name, base_names)]
 
 
 def op_outputs(model_bytes, op_name):
@@ -128,7 +121,7 @@ def graph_outputs(model_bytes):
 
 def split_float_ops(float_ops):
     """(op types, dense roles) of ``float_ops``, whose entries are TFLite op types ("SOFTMAX") or
-    "FULLY_CONNECTED:<role>" for one of graph.DENSE_ROLES: that layer of every block ("FULLY_CONNECTED:mlp_out")."""
+    "FULLY_CONNECTED:<role>" for one of node_names.DENSE_ROLES: that layer of every block ("FULLY_CONNECTED:mlp_out")."""
     op_types, roles = [], []
     for entry in float_ops:
         op_type, _, role = entry.partition(":")
@@ -149,7 +142,7 @@ def quantize_int8(calibrated, float_ops=INT8_FLOAT_OPS, num_norms=1000, float_no
     from tensorflow.lite.python import util as tf_util
 
     op_types, roles = split_float_ops(float_ops)
-    nodes = float_node_names(INT8_FLOAT_NODES, num_norms) if "RSQRT" in op_types else []
+    nodes = numbered(INT8_FLOAT_NODES, num_norms) if "RSQRT" in op_types else []
     nodes += list(float_nodes) + dense_role_nodes(calibrated, roles)
     quantized = tf_convert.mlir_quantize(calibrated, fully_quantize=False, denylisted_ops=op_types,
                                          denylisted_nodes=nodes)
@@ -196,7 +189,7 @@ def quantize_static(model, calibrated, float_ops, attention_output):
     """Static int8 from the calibrated graph: ``float_ops`` and the default float nodes kept in float."""
     nodes = default_float_nodes(model, calibrated) if float_ops else ()  # () alone: plain full int8
     if attention_output:  # the rollout's ADDs and output: its values, ~1/tokens, would lose to int8's rounding
-        nodes = list(nodes) + rollout_output_names(calibrated) + float_node_names((ROLLOUT_ADD,), sum(
+        nodes = list(nodes) + rollout_output_names(calibrated) + numbered((ROLLOUT_ADD,), sum(
             block.attn.num_heads for block in model.blocks))
     return quantize_int8(calibrated, float_ops, num_norms=norm_count(model), float_nodes=nodes)
 

@@ -22,6 +22,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from .node_names import LAYERNORM_EPSILON, MLP_IN, MLP_OUT
+
 RSQRT_SPAN = 32.0  # the input range over which one int16 RSQRT stays exact: from its largest value down to 1/32 of it
 RSQRT_PIECES = 3  # 32^3 = 32768: the whole int16 range of the variance
 OUTLIER_FACTOR = 8.0  # a channel whose largest |value| is above 8x the median channel's is an outlier
@@ -140,7 +142,7 @@ def layer_norm(layer, x, gamma, beta, ranges):
     scale = ranges.stream_scale()
     if scale is None:
         centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
-        variance = tf.add(sum_of_squares(centred) * (1.0 / width), layer.epsilon, name="layernorm_epsilon")
+        variance = tf.add(sum_of_squares(centred) * (1.0 / width), layer.epsilon, name=LAYERNORM_EPSILON)
         return centred * ranges.rsqrt(layer, variance, [centred], width) * gamma + beta
     big = np.flatnonzero(scale < 1)
     restore = (1.0 / scale[big]).astype("float32")
@@ -173,13 +175,13 @@ def mlp(x, fc1, fc2, approximate, ranges, column_scale=None):
         kernel2, bias2 = kernel2 * column_scale, bias2 * column_scale
     big = ranges.hidden_outliers(layer1)
     if ranges.recording or not len(big):
-        hidden = dense(x, kernel1, bias1, name="mlp_in")
+        hidden = dense(x, kernel1, bias1, name=MLP_IN)
         ranges.observe_hidden(layer1, hidden)
-        return dense(tf.nn.gelu(hidden, approximate=approximate), kernel2, bias2, name="mlp_out")
+        return dense(tf.nn.gelu(hidden, approximate=approximate), kernel2, bias2, name=MLP_OUT)
     usual = np.setdiff1d(np.arange(kernel1.shape[1]), big)
-    hidden = tf.nn.gelu(dense(x, kernel1[:, usual], bias1[usual], name="mlp_in"), approximate=approximate)
-    outlier = dense(x, kernel1[:, big], bias1[big], name="mlp_in_outliers")
+    hidden = tf.nn.gelu(dense(x, kernel1[:, usual], bias1[usual], name=MLP_IN), approximate=approximate)
+    outlier = dense(x, kernel1[:, big], bias1[big], name=f"{MLP_IN}_outliers")
     bent = tf.nn.gelu(tf.clip_by_value(outlier, -GELU_LINEAR_FROM, GELU_LINEAR_FROM), approximate=approximate)
     linear = tf.nn.relu(outlier - GELU_LINEAR_FROM)
-    return (dense(hidden, kernel2[usual], bias2, name="mlp_out") + dense(bent, kernel2[big])
+    return (dense(hidden, kernel2[usual], bias2, name=MLP_OUT) + dense(bent, kernel2[big])
             + dense(linear, kernel2[big]))

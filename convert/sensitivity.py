@@ -20,7 +20,8 @@ import numpy as np
 
 from vit_keras.constants import MIN_CALIBRATION_IMAGES
 
-from .graph import DENSE_ROLES, keras_scores, norm_count
+from .graph import keras_scores, norm_count
+from .node_names import DENSE_ROLES
 from .int8 import (INT8_FLOAT_OPS, INT8_XNNPACK_FLOAT_OPS, default_float_nodes, dense_role_nodes, quantize_int8,
                    split_float_ops)
 from .runtime import latency_ms, op_precisions, tflite_scores

@@ -461,7 +461,7 @@ def test_min_agreement_keeps_the_fewest_float_ops_that_meet_it(run_dir, fashion,
 def test_a_dense_role_in_float_keeps_that_layer_of_every_block(run_dir, fashion, tmp_path):
     """"FULLY_CONNECTED:mlp_out" keeps every block's fc2 in float and nothing else of the dense layers; an unknown role
     is refused, naming the valid ones."""
-    from vit_keras.convert.graph import DENSE_ROLES
+    from vit_keras.convert.node_names import DENSE_ROLES
     from vit_keras.convert.runtime import op_precisions
 
     out = tmp_path / "mlp_out_float.tflite"
