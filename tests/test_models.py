@@ -118,6 +118,33 @@ def test_micro_batched_inference_equals_the_model(batch, micro_batches):
     np.testing.assert_allclose(vit_keras.predict(model, images, batch_size=4, jit_compile=False), expected, atol=1e-5)
 
 
+def test_predict_reuses_its_compiled_function_across_calls():
+    """A second ``predict`` of the same batch size neither retraces nor recompiles (it had, every call); the model
+    held weakly, so a dropped model frees its functions."""
+    import gc
+
+    import tensorflow as tf
+
+    from vit_keras.inference.predict import COMPILED
+
+    model = tiny()
+    images = np.random.default_rng(0).uniform(-1, 1, (32, 32, 32, 3)).astype("float32")
+    first = vit_keras.predict(model, images[:16], batch_size=16)
+    run = vit_keras.predict_function(model)
+    traces = run.experimental_get_tracing_count()
+    second = vit_keras.predict(model, images[16:], batch_size=16)
+    assert run.experimental_get_tracing_count() == traces
+    assert vit_keras.predict_function(model) is run
+    assert vit_keras.predict_function(model, micro_batches=2) is not run
+    np.testing.assert_allclose(np.concatenate([first, second]), model(images, training=False), atol=1e-4)
+    before = len(COMPILED)
+    del model, run
+    gc.collect()
+    assert len(COMPILED) == before - 1
+    with tf.device("/cpu:0"):  # and a fresh model gets its own function
+        assert vit_keras.predict(tiny(), images[:2]).shape == (2, TINY["num_classes"])
+
+
 def test_micro_batched_inference_rejects_bad_arguments():
     with pytest.raises(ValueError, match="micro_batches"):
         vit_keras.predict_function(tiny(), micro_batches=0)

@@ -15,6 +15,7 @@ run the model's own predict step, batch by batch (compiled by Keras: XLA under J
 """
 
 import dataclasses
+import weakref
 
 import keras
 import numpy as np
@@ -37,20 +38,36 @@ def split_sizes(batch, parts):
     return tf.stack([batch // parts + tf.cast(i < batch % parts, batch.dtype) for i in range(parts)])
 
 
+# model -> {(micro_batches, jit_compile, dtype policy): its compiled function}, so every call of ``predict`` on a
+# model reuses one function (a new tf.function per call retraced and recompiled each time). The functions hold
+# their model weakly: a model dropped by the user frees its entry.
+COMPILED = weakref.WeakKeyDictionary()
+
+
 def predict_function(model, micro_batches=4, jit_compile=True):
     """``images -> model(images, training=False)``, run as up to ``micro_batches`` concurrent calls.
 
-    Traced once per batch size; a batch smaller than ``micro_batches`` runs one example per call.
-    Inside another tf.function with the batch size unknown until run time (Keras' test step), the
-    batch splits into ``micro_batches`` parts when it runs, empty ones for a batch smaller than that.
-    Not under TensorFlow: ``model.predict_on_batch`` (one compiled program a batch).
+    One function per model and settings, reused by every later call (``COMPILED``); traced once per batch
+    size; a batch smaller than ``micro_batches`` runs one example per call. Inside another tf.function with
+    the batch size unknown until run time (Keras' test step), the batch splits into ``micro_batches`` parts
+    when it runs, empty ones for a batch smaller than that. Not under TensorFlow: ``model.predict_on_batch``
+    (one compiled program a batch, which Keras keeps).
     """
     check_micro_batches(micro_batches)
     if keras.backend.backend() != "tensorflow":
         return model.predict_on_batch
+    key = (micro_batches, bool(jit_compile), model.dtype_policy.name)
+    functions = COMPILED.setdefault(model, {})
+    if key not in functions:
+        functions[key] = compiled_predict(weakref.ref(model), micro_batches, jit_compile)
+    return functions[key]
+
+
+def compiled_predict(model_ref, micro_batches, jit_compile):
+    """``predict_function``'s tf.function for the model ``model_ref`` refers to."""
     import tensorflow as tf
 
-    forward = tf.function(lambda x: model(x, training=False), jit_compile=jit_compile, autograph=False)
+    forward = tf.function(lambda x: model_ref()(x, training=False), jit_compile=jit_compile, autograph=False)
 
     @tf.function(autograph=False)
     def run(images):
