@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from vit_keras.constants import RECIPES  # noqa: E402  (after the path)
+from vit_keras.constants import PRECISIONS, RECIPES  # noqa: E402  (after the path)
 
 
 def cpu_seconds():
@@ -69,7 +69,10 @@ def vit_ti_throughput(args):
 
     import vit_keras
 
+    from vit_keras.training.optimizer import set_precision
+
     keras.utils.set_random_seed(0)
+    set_precision(args.precision)  # before the model is built: its layers take the policy then
     model = vit_keras.create_model("vit_ti16", image_size=224, num_classes=1000)
     micro = 1 if args.no_jit else args.micro_batches
     model.compile(optimizer=keras.optimizers.AdamW(1e-3, global_clipnorm=1.0),
@@ -92,7 +95,8 @@ def vit_ti_throughput(args):
     clock, load_before = Clock(), os.getloadavg()
     model.fit(data, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=[clock])
     n = batch * steps
-    print(json.dumps(dict(model="vit_ti16", image_size=224, batch_size=batch, steps=steps, jit=not args.no_jit,
+    print(json.dumps(dict(model="vit_ti16", image_size=224, precision=args.precision, batch_size=batch, steps=steps,
+                          jit=not args.no_jit,
                           micro_batches=micro,
                           img_per_s=round(n / clock.wall, 2), img_per_cpu_s_x_cores=round(n / clock.cpu * os.cpu_count(), 2),
                           loadavg_before=load_before, loadavg_after=os.getloadavg(), cores=os.cpu_count())))
@@ -148,7 +152,8 @@ if __name__ == "__main__":
     parser.add_argument("--recipe", choices=RECIPES, default="quick")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--precision", default="float32", choices=PRECISIONS,
+                        help="the recipe's and --vit-ti's Keras dtype policy (--step-rate measures float32 only)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--no-jit", action="store_true")
     parser.add_argument("--vit-ti", action="store_true", help="ViT-Ti/16 training throughput instead")
@@ -160,6 +165,8 @@ if __name__ == "__main__":
     from vit_keras.apps.allocator import reexec_with_tcmalloc
 
     reexec_with_tcmalloc()  # as the `vit-keras` CLI runs (VIT_KERAS_TCMALLOC=0 measures without)
+    if args.step_rate and args.precision != "float32":
+        parser.error("--step-rate measures the float32 step against float32 GEMMs; leave --precision out")
     if args.vit_ti:
         vit_ti_throughput(args)
     elif args.step_rate:
