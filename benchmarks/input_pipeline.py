@@ -14,7 +14,6 @@ training steps at the size on random data (images/s), the rate the input has to 
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -23,16 +22,11 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from vit_keras.cpu import cpu_features  # noqa: E402  (after the path)
+
 MODES = ("memory", "folder", "shards")
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        return f"{names[0]}, {len(names)} logical cores" if names else platform.processor()
-    except OSError:
-        return platform.processor()
 
 
 def generate(folder, count, classes=10, size=(240, 320), seed=0):
@@ -173,7 +167,7 @@ def main():
         print(f"prepare: {args.images:,} images in {time.perf_counter() - start:.0f} s")
     import keras
 
-    print(f"{cpu_name()}; Keras {keras.__version__} on {keras.backend.backend()}, {args.pipeline}; "
+    print(f"{cpu_features().describe()}; Keras {keras.__version__} on {keras.backend.backend()}, {args.pipeline}; "
           f"{args.images:,} JPEGs 320x240 (~90% train), read at {args.image_size} px, batch {args.batch_size}")
     print("| mode | images/s (epoch) | epoch s | setup s | decode s | peak RSS MB |\n|---|---|---|---|---|---|")
     for mode in args.modes.split(","):

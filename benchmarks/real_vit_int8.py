@@ -31,11 +31,13 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # int8_zoo's ai-edge-quantizer helper
 
+from vit_keras.cpu import cpu_features  # noqa: E402  (after the path)
+
 CROP, RESIZE = 224, 248  # timm's evaluation transform for 224-pixel ViTs (crop_pct 0.9)
 MODES = ("float32", "float16", "dynamic", "int8")
 AEQ_RECIPES = ("static_wi8_ai8", "static_wi8_ai16", "dynamic_wi8_afp32")  # ai-edge-quantizer 0.10.0's
-SLOW_MS, SLOW_SAMPLE = 200, 100
-NPU_MODE = "int8 --target npu"  # judged on every photo however slow: its agreement is a target  # files slower than this an image are judged on this many photos a half
+SLOW_MS, SLOW_SAMPLE = 200, 100  # files slower than this an image are judged on this many photos a half
+NPU_MODE = "int8 --target npu"  # judged on every photo however slow: its agreement is a target
 
 
 def load_photos(folder, limit=None):
@@ -205,15 +207,7 @@ def latencies(paths, runs):
 
 
 def cpu_line():
-    flags, name = set(), "unknown CPU"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    extensions = [e for e in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8") if e in flags]
-    return f"{name}, {os.cpu_count()} cores ({', '.join(extensions)})"
+    return cpu_features().describe()
 
 
 def table(files, results, timings):

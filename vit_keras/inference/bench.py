@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from vit_keras.constants import BENCH_MODELS
+from vit_keras.cpu import cpu_features
 from vit_keras.factory import create_model
 from vit_keras.inference.predict import predict_function
 from vit_keras.models.configs import MODELS, VARIANTS
@@ -56,16 +57,19 @@ def timed(fn, warmup=2, repeats=5):
     return statistics.median(times)
 
 
-def matmul_peak_gflops(size=1024, repeats=20, concurrent=1):
-    """Sustained fp32 GEMM rate of this machine through TensorFlow (the ceiling for a ViT).
+def matmul_peak_gflops(size=1024, repeats=20, concurrent=1, dtype="float32", jit_compile=False):
+    """Sustained GEMM rate of this machine through TensorFlow (the ceiling for a ViT), in ``dtype``.
 
     ``concurrent`` independent GEMMs per call run side by side in the inter-op pool, as the micro-batched
     paths run theirs: TensorFlow's one GEMM on two threads leaves part of the second core unused.
+    ``jit_compile``: XLA's own dot instead of TensorFlow's kernel (oneDNN on x86, AMX and AVX512_BF16 included).
     """
     import tensorflow as tf
 
-    pairs = [(tf.random.normal((size, size)), tf.random.normal((size, size))) for _ in range(concurrent)]
-    step = tf.function(lambda: tf.add_n([tf.reduce_sum(tf.matmul(a, b)) for a, b in pairs]))
+    pairs = [(tf.cast(tf.random.normal((size, size)), dtype), tf.cast(tf.random.normal((size, size)), dtype))
+             for _ in range(concurrent)]
+    step = tf.function(lambda: tf.add_n([tf.reduce_sum(tf.cast(tf.matmul(a, b), "float32")) for a, b in pairs]),
+                       jit_compile=jit_compile)
     seconds = timed(lambda: [step() for _ in range(repeats)][-1].numpy()) / repeats
     return concurrent * 2 * size ** 3 / seconds / 1e9
 
@@ -116,7 +120,12 @@ def main(names=DEFAULT_MODELS, batch=16, image_size=224, repeats=5, timm_python=
     # the best of two GEMM sizes, alone and two at a time: one run swings by 20% on a small shared CPU
     peak = max(matmul_peak_gflops(size, repeats, concurrent) for size, repeats in ((1024, 20), (2048, 5))
                for concurrent in (1, 2))
+    print(cpu_features().describe())
     print(f"fp32 matmul peak (TensorFlow GEMM, best of 1024^3 and 2048^3, one or two at a time): {peak:.1f} GFLOPS")
+    if cpu_features().bf16:  # the bf16 units' ceiling, and whether XLA's own dot reaches it
+        bf16 = {jit: max(matmul_peak_gflops(2048, 5, concurrent, "bfloat16", jit) for concurrent in (1, 2))
+                for jit in (False, True)}
+        print(f"bf16 matmul peak (2048^3): TensorFlow's kernel {bf16[False]:.1f} GFLOPS, XLA's dot {bf16[True]:.1f}")
     ours = {name: keras_throughput(name, batch, image_size, repeats) for name in names}
     theirs = timm_throughput(timm_python, names, batch, image_size, repeats)
     header = (f"{'model':10} {'XLA':>7} {'no-XLA':>7} {'XLA x4 micro':>13} {'% of peak':>10} {'timm':>7} "
