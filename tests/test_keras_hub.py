@@ -64,4 +64,8 @@ def test_train_fine_tunes_a_keras_hub_folder_with_the_shape_its_config_gives(tmp
     record = train.train("fashion_mnist", str(tmp_path), weights=FOLDER, limit=128, epochs=1, batch_size=64,
                          image_size=32, jit_compile=False, verbose=0, tensorboard=False)
     assert record["recipe"] == "finetune" and record["vit"]["hidden_size"] == 16 and record["vit"]["channels"] == 1
-    assert "recipe: finetune, because the weights are pretrained" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "recipe: finetune, because the weights are pretrained" in out
+    from vit_keras.cpu import cpu_features  # the log names the CPU's units and the precision it trains in
+
+    assert f"{cpu_features().describe()}; precision float32" in out

@@ -25,6 +25,7 @@ import os
 import time
 import warnings
 
+from vit_keras.cpu import cpu_features
 from vit_keras.data import flip_check
 from vit_keras.training import backup, distill, inputs, runs, strategies, warmup
 from vit_keras.training.building import build_for_fit, decode_size
@@ -60,6 +61,7 @@ def train_with_config(config, out_dir, overwrite=False):
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
     print(config.recipe_reason())
+    print(f"{cpu_features().describe()}; precision {config.precision}")
     if config.weights and not is_saved_model(config.weights):
         resolve(config.weights)  # downloaded (or found missing) now, before the data is read or a warm-up runs
     config, estimate = with_image_size(config, lambda side: warmup.step_times(config, side, dist),
