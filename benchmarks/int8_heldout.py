@@ -17,7 +17,6 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # real_vit_int8's cpu_line
 
 FILES = (("dynamic (TensorFlow's dynamic range)", dict(quantize="dynamic")),
          ("int8 (the default)", dict(quantize="int8")),
@@ -31,9 +30,8 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, default=2000, help="test photos judged (default 2000)")
     parser.add_argument("--out", default=None, help="where the .tflite files go (default: a temporary folder)")
     args = parser.parse_args(argv)
-    from real_vit_int8 import cpu_line
-
     from vit_keras.convert.export import export_tflite
+    from vit_keras.cpu import cpu_features
     from vit_keras.convert.graph import keras_scores
     from vit_keras.convert.runtime import tflite_scores
     from vit_keras.convert.tflite import load_vit
@@ -55,7 +53,7 @@ def main(argv=None):
             rows.append(f"| {name} | {summary['bytes'] / 1e6:.2f} | {100 * np.mean(top == reference):.2f}% | "
                         f"{100 * np.mean(top == labels):.2f}% ({100 * np.mean(reference == labels):.2f}%) | "
                         f"{seconds:.0f} |")
-    print(f"{os.path.basename(args.model)}, {len(images)} test photos of {args.data}; {cpu_line()}\n")
+    print(f"{os.path.basename(args.model)}, {len(images)} test photos of {args.data}; {cpu_features().describe()}\n")
     print("\n".join(rows))
 
 

@@ -206,10 +206,6 @@ def latencies(paths, runs):
     return timings
 
 
-def cpu_line():
-    return cpu_features().describe()
-
-
 def table(files, results, timings):
     base = files[("float32", None)]
     lines = ["| file | size MB (× float32) | Interpreter 1T / 2T ms | CompiledModel 1T / 2T ms | latency × float32 "
@@ -260,7 +256,7 @@ def main(argv=None):
         timings = latencies(paths, args.runs)
         print(f"ViT-Ti/16 (ImageNet-1k), {len(images)} photos; Keras top-1 {100 * np.mean(reference == classes):.1f}%"
               f" (judged halves: classes calibrated on even {100 * float_accuracy[0]:.1f}%, odd "
-              f"{100 * float_accuracy[1]:.1f}%); {cpu_line()}\n")
+              f"{100 * float_accuracy[1]:.1f}%); {cpu_features().describe()}\n")
         print(table(files, results, timings))
 
 

@@ -147,8 +147,14 @@ def new_op(opcode_index, inputs, outputs, options=None):
 
 
 def constant(model, tensor):
-    """A constant tensor's values as an array of its shape and type (None for a tensor computed at run time)."""
-    data = model.buffers[tensor.buffer].data if tensor.buffer else None
+    """A constant tensor's values as an array of its shape and type (None for a tensor computed at run time). A
+    buffer kept after the flatbuffer (ai-edge-quantizer's files) is refused: read such a file with
+    ``unpack_inline``."""
+    buffer = model.buffers[tensor.buffer] if tensor.buffer else None
+    if buffer is not None and stored_after(buffer):
+        raise ValueError(f"tensor {tensor.name!r} keeps its values after the flatbuffer; unpack the file with "
+                         "flatbuffer.unpack_inline to read them.")
+    data = buffer.data if buffer is not None else None
     if data is None or not len(data):
         return None
     values = np.asarray(data, np.uint8).view(NUMPY_TYPES[type_names()[tensor.type]])

@@ -7,6 +7,7 @@ stored in float16, re-rounded) are named here once: ``graph`` and ``integer_grap
 ``carries``).
 """
 
+import functools
 import re
 
 # The dense layers by role (FULLY_CONNECTED); no digits, as TF and the converter append numbers.
@@ -29,5 +30,12 @@ def numbered(base_names, count):
 def carries(tensor_name, base_names):
     """Whether a converted op's output name carries one of ``base_names``: one of the parts the converter joined
     with ";" is a base name with a number after it or none."""
-    pattern = re.compile(r"^(?:%s)_?\d*$" % "|".join(map(re.escape, base_names)))
+    pattern = numbered_pattern(tuple(base_names))
     return any(pattern.match(part) for part in tensor_name.split(";"))
+
+
+@functools.lru_cache(maxsize=64)
+def numbered_pattern(base_names):
+    """One regex for a base name of ``base_names`` with TensorFlow's number after it or none (compiled once: a
+    graph's every op name is matched against it)."""
+    return re.compile(r"^(?:%s)_?\d*$" % "|".join(map(re.escape, base_names)))

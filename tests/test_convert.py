@@ -685,3 +685,24 @@ def test_only_flatbuffer_and_metadata_touch_the_generated_schema():
     users = sorted(path.name for path in folder.glob("*.py")
                    if "schema_py_generated" in path.read_text() or "GetRootAs" in path.read_text())
     assert users == ["flatbuffer.py", "metadata.py"]
+
+
+def test_a_constant_kept_after_the_flatbuffer_is_refused_not_read_as_none():
+    """ai-edge-quantizer keeps weights after the flatbuffer (offset and size): ``flatbuffer.constant`` reads them
+    only from ``unpack_inline``'s tree and refuses the packed form, where it would have found no data."""
+    import tensorflow as tf
+
+    from vit_keras.convert.flatbuffer import constant, unpack_inline, unpack_model
+
+    weights = tf.constant(np.arange(6, dtype="float32").reshape(2, 3))
+    data = tflite_bytes(tf.function(lambda x: tf.matmul(x, weights), input_signature=[tf.TensorSpec((1, 2))]))
+    model = unpack_model(data)
+    graph = model.subgraphs[0]
+    kernel = next(t for t in graph.tensors if t.buffer and model.buffers[t.buffer].data is not None)
+    np.testing.assert_array_equal(np.sort(constant(model, kernel).ravel()), np.arange(6))  # any layout
+    buffer = model.buffers[kernel.buffer]
+    buffer.offset, buffer.size, buffer.data = 16, 24, None  # as the quantizer's files address it
+    with pytest.raises(ValueError, match="after the flatbuffer.*unpack_inline"):
+        constant(model, kernel)
+    inline = unpack_inline(data)
+    assert constant(inline, inline.subgraphs[0].tensors[int(inline.subgraphs[0].inputs[0])]) is None  # computed

@@ -50,16 +50,15 @@ class CpuFeatures:
 @functools.lru_cache(maxsize=1)
 def cpu_features(cpuinfo="/proc/cpuinfo"):
     """This machine's ``CpuFeatures`` (cached)."""
-    name, flags = platform.processor() or "unknown CPU", frozenset()
+    fields = {}  # the first processor's "model name" and "flags"
     try:
         with open(cpuinfo) as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name" and name in ("unknown CPU", platform.processor()):
-                    name = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = frozenset(value.split())
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    flags = frozenset(fields.get("flags", "").split())
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return CpuFeatures(name, cores, flags)
