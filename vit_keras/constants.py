@@ -6,6 +6,7 @@ loading Keras or TensorFlow.
 
 # Training
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+INFERENCE_PRECISIONS = ("float32", "bfloat16", "int8")  # vit_keras.inference.precision
 # The Keras backends vit-keras trains on, and the distribution strategies each has (vit_keras.training.strategies).
 BACKENDS = ("tensorflow", "jax", "torch")
 BACKEND_STRATEGIES = {

@@ -7,7 +7,7 @@ stays fast; heavy imports (TensorFlow, LiteRT) happen inside ``run``.
 
 import argparse
 
-from vit_keras.constants import MEMORY_BUDGET_FRACTION, RUNTIMES
+from vit_keras.constants import INFERENCE_PRECISIONS, MEMORY_BUDGET_FRACTION, RUNTIMES
 
 
 DATA_DIR_HELP = ("tfds's data_dir, where tfds:NAME data is kept (default: tfds's own: $TFDS_DATA_DIR or "
@@ -30,6 +30,14 @@ def add_runtime_arguments(parser, note=""):
     parser.add_argument("--runtime", choices=RUNTIMES, default="interpreter",
                         help="LiteRT API: interpreter, the classic Interpreter (default: %(default)s; measured as "
                              "fast or faster here), or compiled, CompiledModel" + note)
+
+
+def add_precision_argument(parser, note=""):
+    """--precision of a Keras model's inference (``vit_keras.predict``)."""
+    parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="float32",
+                        help=f"{note}inference precision: bfloat16 on a CPU with bf16 units, int8 compiled by XLA; its "
+                             "first batch is checked against float32, which it falls back to with a warning "
+                             "(default: %(default)s)")
 
 
 def add_input_arguments(parser):

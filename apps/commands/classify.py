@@ -7,7 +7,7 @@ image's attention map ("attention"). --output writes the results to a .csv or .j
 
 import os
 
-from vit_keras.apps.commands import add_runtime_arguments, positive_int
+from vit_keras.apps.commands import add_precision_argument, add_runtime_arguments, positive_int
 
 HELP = ("Classify images with a .tflite model (LiteRT, labels and normalization from the model's metadata) or a "
         ".keras model.")
@@ -31,6 +31,7 @@ def add_arguments(parser):
                              "score_K, most likely first (K: --top-k, at most the model's classes), then error (why "
                              "the image could not be read, its label and score cells empty). Default: none")
     add_runtime_arguments(parser, note="; a .tflite model only")
+    add_precision_argument(parser, note="a .keras model only; ")
 
 
 def check_output(path):
@@ -56,6 +57,9 @@ def run(args):
     keras_model = is_keras(args.model)
     if keras_model and (args.threads is not None or args.runtime != "interpreter"):
         raise ValueError("--threads and --runtime set LiteRT's options: a .keras model takes neither.")
+    if not keras_model and args.precision != "float32":
+        raise ValueError("--precision sets a .keras model's inference; a .tflite file's precision is the one it "
+                         "was exported in (`vit-keras export --mode`).")
     if keras_model and not os.path.isfile(args.model):  # before Keras loads
         raise FileNotFoundError(f"no such model file: {args.model}")
     files = list_images(args.images)
@@ -159,7 +163,7 @@ def classify_keras(args, files, show):
     pending = batches()
     first = next(pending, None)  # None: not one image could be read
     top = None if first is None else vit_keras.predict(model, itertools.chain([first], pending),
-                                                       top_k=min(args.top_k, num_classes))
+                                                       top_k=min(args.top_k, num_classes), precision=args.precision)
     names = None if model.class_names else read_labels(args.model)  # labels.txt of a run saved before class_names
     if names is not None and len(names) != num_classes:
         names = None

@@ -2,7 +2,7 @@
 
 import os
 
-from vit_keras.apps.commands import DATA_DIR_HELP, add_input_arguments
+from vit_keras.apps.commands import DATA_DIR_HELP, add_input_arguments, add_precision_argument
 from vit_keras.constants import SPLITS, VAL_FRACTION
 
 HELP = "Evaluate a trained model (.keras): loss, accuracy, per-class table, optional confusion-matrix PNG."
@@ -13,6 +13,7 @@ def add_arguments(parser):
     parser.add_argument("--data", default="fashion_mnist",
                         help="fashion_mnist | tfds:NAME | folder:PATH | shards:PATH (default: %(default)s)")
     add_input_arguments(parser)
+    add_precision_argument(parser)
     parser.add_argument("--split", choices=SPLITS, default="test",
                         help="split to evaluate: a folder of train/ + test/ folders gives its test/; the folder the "
                              "model was trained on, its seeded held-out part; any other folder, all of it "
@@ -39,6 +40,7 @@ def run(args):
     if args.batch_size < 1 or (args.limit is not None and args.limit < 1):
         raise ValueError("--batch-size and --limit must be positive integers.")
     from vit_keras.data.sources import load_splits
+    from vit_keras.inference.precision import precision_line
     from vit_keras.models.vision_transformer import load_model
     from vit_keras.training.evaluation import evaluate_arrays, evaluate_source, format_report, label_mapping
     from vit_keras.training.runs import data_split
@@ -72,13 +74,15 @@ def run(args):
     if len(class_names) != num_classes:
         class_names = [str(i) for i in range(num_classes)]
     if mode == "stream":
-        result = evaluate_source(model, data, args.batch_size, mapping, class_names)
+        result = evaluate_source(model, data, args.batch_size, mapping, class_names, args.precision)
         if data.skipped:
             print(f"skipped {len(data.skipped)} unreadable image(s) while streaming")
     else:
         result = evaluate_arrays(model, data.images, mapping.labels(data.labels), class_names,
-                                 batch_size=args.batch_size)
+                                 batch_size=args.batch_size, precision=args.precision)
     print(format_report(result))
+    if args.precision != "float32":
+        print(precision_line(model, args.precision))
     if args.confusion:
         plot_confusion_matrix(result["confusion"], class_names, args.confusion,
                               title=f"{os.path.basename(args.model)} on {args.data}: accuracy {result['accuracy']:.4f}")

@@ -2,10 +2,10 @@
 
     vit-keras bench [--timm-python /path/to/python-with-timm]
 
-Prints images/s for ViT-Ti/16, S/16 and B/16 at 224, batch 16, float32, with XLA
-on and off, the fraction of the measured fp32 matmul peak, and timm's figures
-measured in the same run by a child process (``--timm-python``: an interpreter
-that has timm; by default this one) right after ours.
+Prints images/s for ViT-Ti/16, S/16 and B/16 at 224, batch 16: float32 with XLA on and off, bfloat16 and
+int8 as ``vit_keras.predict`` runs them where this CPU computes them fast, the fraction of the measured fp32
+and bf16 matmul peaks, and timm's figures measured in the same run by a child process (``--timm-python``: an
+interpreter that has timm; by default this one) right after ours.
 """
 
 import json
@@ -15,11 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from vit_keras.constants import BENCH_MODELS
+from vit_keras.constants import BENCH_MODELS, INFERENCE_PRECISIONS
 from vit_keras.cpu import cpu_features
 from vit_keras.factory import create_model
+from vit_keras.inference.precision import resolve, twin
 from vit_keras.inference.predict import predict_function
 from vit_keras.models.configs import MODELS, VARIANTS
+from vit_keras.validation import check_choice
 
 DEFAULT_MODELS = BENCH_MODELS
 TIMM_NAMES = {"vit_ti16": "vit_tiny_patch16_224", "vit_s16": "vit_small_patch16_224",
@@ -74,22 +76,28 @@ def matmul_peak_gflops(size=1024, repeats=20, concurrent=1, dtype="float32", jit
     return concurrent * 2 * size ** 3 / seconds / 1e9
 
 
-MODES = {"xla": (True, 1), "no-xla": (False, 1), "micro": (True, 4)}  # (jit_compile, micro-batches)
+# column -> (precision, jit_compile, micro-batches). The lower precisions run as ``predict`` runs them once their
+# first batch has been checked (``predict_function``'s twin and compiler); their agreement on real photos is
+# benchmarks/peers.py's.
+MODES = {"xla": ("float32", True, 1), "no-xla": ("float32", False, 1), "micro": ("float32", True, 4),
+         "bfloat16": ("bfloat16", False, 4), "int8": ("int8", True, 4)}
 
 
-def keras_throughput(name, batch, image_size, repeats):
-    """Images/s of ``name`` in each of MODES: plain XLA, plain graph, and 4 concurrent XLA micro-batches."""
+def keras_throughput(name, batch, image_size, repeats, precisions=INFERENCE_PRECISIONS):
+    """Images/s of ``name`` in each of MODES whose precision is in ``precisions`` and runs fast on this CPU."""
     import keras
     import tensorflow as tf
-
 
     keras.backend.clear_session()
     model = create_model(name, image_size=image_size, include_preprocessing=False)  # timm's forward has none
     images = tf.random.normal((batch, image_size, image_size, 3))
-    forwards = {mode: predict_function(model, micro, jit) for mode, (jit, micro) in MODES.items()}
+    forwards = {}
+    for mode, (precision, jit, micro) in MODES.items():
+        if precision in precisions and resolve(precision, jit)[0] == precision:
+            forwards[mode] = predict_function(twin(model, precision), micro, resolve(precision, jit)[1])
     for forward in forwards.values():  # compile all first, then time them in turns: a shared CPU drifts
         forward(images).numpy()
-    times = {mode: [] for mode in MODES}
+    times = {mode: [] for mode in forwards}
     for _ in range(repeats):
         for mode, forward in forwards.items():
             times[mode].append(timed(lambda: forward(images).numpy(), warmup=0, repeats=1))
@@ -112,32 +120,41 @@ def timm_throughput(python, names, batch, image_size, repeats):
     return {n: rates[TIMM_NAMES[n]] for n in names}
 
 
-def main(names=DEFAULT_MODELS, batch=16, image_size=224, repeats=5, timm_python=None):
+def main(names=DEFAULT_MODELS, batch=16, image_size=224, repeats=5, timm_python=None,
+         precisions=INFERENCE_PRECISIONS):
     unsupported = [name for name in names if MODELS.get(name, (None, None, "unknown"))[2]]
     if unsupported:  # before minutes of timing: the %-of-peak column counts plain ViTs' matmuls only
         plain = ", ".join(name for name, (_, _, stem) in MODELS.items() if not stem)
         raise ValueError(f"`models` {unsupported} are not plain ViT names; bench measures {plain}.")
+    for precision in precisions:
+        check_choice(precision, "precisions", INFERENCE_PRECISIONS)
     # the best of two GEMM sizes, alone and two at a time: one run swings by 20% on a small shared CPU
     peak = max(matmul_peak_gflops(size, repeats, concurrent) for size, repeats in ((1024, 20), (2048, 5))
                for concurrent in (1, 2))
     print(cpu_features().describe())
     print(f"fp32 matmul peak (TensorFlow GEMM, best of 1024^3 and 2048^3, one or two at a time): {peak:.1f} GFLOPS")
+    bf16_peak = None
     if cpu_features().bf16:  # the bf16 units' ceiling, and whether XLA's own dot reaches it
         bf16 = {jit: max(matmul_peak_gflops(2048, 5, concurrent, "bfloat16", jit) for concurrent in (1, 2))
                 for jit in (False, True)}
+        bf16_peak = bf16[False]
         print(f"bf16 matmul peak (2048^3): TensorFlow's kernel {bf16[False]:.1f} GFLOPS, XLA's dot {bf16[True]:.1f}")
-    ours = {name: keras_throughput(name, batch, image_size, repeats) for name in names}
+    ours = {name: keras_throughput(name, batch, image_size, repeats, precisions) for name in names}
     theirs = timm_throughput(timm_python, names, batch, image_size, repeats)
-    header = (f"{'model':10} {'XLA':>7} {'no-XLA':>7} {'XLA x4 micro':>13} {'% of peak':>10} {'timm':>7} "
-              f"{'best/timm':>10}")
-    print(f"\ninference img/s, batch {batch}, {image_size}x{image_size}, float32 "
-          "(x4 micro: vit_keras.predict_function, 4 concurrent micro-batches)\n" + header)
+    print(f"\ninference img/s, batch {batch}, {image_size}x{image_size} (x4 micro: vit_keras.predict_function, 4 "
+          "concurrent micro-batches; bfloat16 and int8: vit_keras.predict's twins, '-' where not asked for or not "
+          "fast on this CPU)")
+    print(f"{'model':10} {'XLA':>7} {'no-XLA':>7} {'XLA x4 micro':>13} {'bfloat16':>9} {'int8':>7} "
+          f"{'fp32 % of peak':>15} {'bf16 % of peak':>15} {'timm':>7} {'best/timm':>10}")
     for name in names:
         rates = ours[name]
-        best = max(rates.values())
-        fraction = best * vit_flops(name, image_size) / 1e9 / peak
-        timm = theirs.get(name)
+        cells = [f"{rates[mode]:{width}.1f}" if mode in rates else f"{'-':>{width}}"
+                 for mode, width in (("xla", 7), ("no-xla", 7), ("micro", 13), ("bfloat16", 9), ("int8", 7))]
+        gflops = vit_flops(name, image_size) / 1e9
+        float_best = max((rates[m] for m in ("xla", "no-xla", "micro") if m in rates), default=None)
+        shares = [f"{100 * rate * gflops / ceiling:14.0f}%" if rate and ceiling else f"{'-':>15}"
+                  for rate, ceiling in ((float_best, peak), (rates.get("bfloat16"), bf16_peak))]
+        timm, best = theirs.get(name), max(rates.values())
         timm_text = f"{timm:7.1f} {best / timm:10.2f}" if timm else f"{'-':>7} {'-':>10}"
-        print(f"{name:10} {rates['xla']:7.1f} {rates['no-xla']:7.1f} {rates['micro']:13.1f} {100 * fraction:9.0f}% "
-              f"{timm_text}")
+        print(f"{name:10} {' '.join(cells)} {' '.join(shares)} {timm_text}")
     return ours, theirs

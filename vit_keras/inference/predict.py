@@ -20,6 +20,7 @@ import weakref
 import keras
 import numpy as np
 
+from vit_keras.inference.precision import AGREEMENTS, keeps, resolve, top1_agreement, twin, warn_disagreement
 from vit_keras.models.normalization import check_pixels
 
 
@@ -44,8 +45,12 @@ def split_sizes(batch, parts):
 COMPILED = weakref.WeakKeyDictionary()
 
 
-def predict_function(model, micro_batches=4, jit_compile=True):
+def predict_function(model, micro_batches=4, jit_compile=True, precision="float32"):
     """``images -> model(images, training=False)``, run as up to ``micro_batches`` concurrent calls.
+
+    ``precision`` "bfloat16" or "int8" runs the model's twin in that precision (vit_keras.inference.precision)
+    where this CPU has fast kernels for it, else float32 with a warning. Its first batch also runs in float32:
+    under the floor of top-1 agreement it keeps (``precision.keeps``) it warns with the figure and the model runs float32 from then on.
 
     One function per model and settings, reused by every later call (``COMPILED``); traced once per batch
     size; a batch smaller than ``micro_batches`` runs one example per call. Inside another tf.function with
@@ -54,6 +59,10 @@ def predict_function(model, micro_batches=4, jit_compile=True):
     (one compiled program a batch, which Keras keeps).
     """
     check_micro_batches(micro_batches)
+    lower, jit_lower = resolve(precision, jit_compile)
+    if lower != "float32":
+        return checked_function(model, lower, predict_function(twin(model, lower), micro_batches, jit_lower),
+                                predict_function(model, micro_batches, jit_compile))
     if keras.backend.backend() != "tensorflow":
         return model.predict_on_batch
     key = (micro_batches, bool(jit_compile), model.dtype_policy.name)
@@ -61,6 +70,24 @@ def predict_function(model, micro_batches=4, jit_compile=True):
     if key not in functions:
         functions[key] = compiled_predict(weakref.ref(model), micro_batches, jit_compile)
     return functions[key]
+
+
+def checked_function(model, precision, lower, reference):
+    """``lower``, once its first batch's top-1 agreement with ``reference`` (float32) holds (AGREEMENTS)."""
+    model_ref = weakref.ref(model)
+
+    def forward(images):
+        agreements = AGREEMENTS.setdefault(model_ref(), {})
+        if precision not in agreements:
+            outputs, expected = lower(images), reference(images)
+            agreements[precision] = top1_agreement(outputs, expected)
+            if not keeps(agreements[precision]):
+                warn_disagreement(precision, agreements[precision], len(expected))
+                return expected
+            return outputs
+        return lower(images) if keeps(agreements[precision]) else reference(images)
+
+    return forward
 
 
 def compiled_predict(model_ref, micro_batches, jit_compile):
@@ -84,17 +111,18 @@ def compiled_predict(model_ref, micro_batches, jit_compile):
     return run
 
 
-def predict(model, data, batch_size=32, micro_batches=4, jit_compile=True, top_k=None):
+def predict(model, data, batch_size=32, micro_batches=4, jit_compile=True, top_k=None, precision="float32"):
     """Outputs for an array of images (split into ``batch_size`` batches), or an iterable of batches of images or
     of (images, labels): a ``tf.data`` dataset, a ``keras.utils.PyDataset`` (``vit_keras.data.array_pipeline``), ...
 
     ``top_k``: instead of logits, the ``top_k`` most likely classes of each image with their softmax
-    probabilities and labels (``TopK``; the model's ``class_names``, else "class i")."""
+    probabilities and labels (``TopK``; the model's ``class_names``, else "class i").
+    ``precision``: "float32", or "bfloat16" / "int8" where the CPU computes them fast (``predict_function``)."""
     if int(batch_size) < 1:
         raise ValueError(f"`batch_size` must be a positive int; got {batch_size}.")
     if top_k is not None:
         check_top_k(top_k, model)
-    run = predict_function(model, micro_batches, jit_compile)
+    run = predict_function(model, micro_batches, jit_compile, precision)
     if hasattr(data, "shape"):  # an array: NumPy, or the backend's
         check_pixels(data, getattr(model, "vit_config", {}), "data")
         batches = (data[i:i + batch_size] for i in range(0, len(data), batch_size))

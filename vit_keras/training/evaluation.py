@@ -64,8 +64,9 @@ def check_names(model, class_names):
     return class_names
 
 
-def evaluate_arrays(model, images, labels, class_names, batch_size=256):
+def evaluate_arrays(model, images, labels, class_names, batch_size=256, precision="float32"):
     """A dict with loss (cross-entropy of the logits), accuracy, per_class rows and the confusion matrix.
+    ``precision``: "float32", or "bfloat16" / "int8" where the CPU computes them fast (``predict_function``).
 
     Images are resized / converted to the model's input size and channels by the pipeline.
     """
@@ -73,10 +74,10 @@ def evaluate_arrays(model, images, labels, class_names, batch_size=256):
 
     batching = model_batching(model, len(check_names(model, class_names)), batch_size)
     return evaluate_batches(model, make_dataset(images, labels, **dataclasses.asdict(batching)), class_names,
-                            total=len(images))
+                            total=len(images), precision=precision)
 
 
-def evaluate_source(model, source, batch_size=256, mapping=None, class_names=None):
+def evaluate_source(model, source, batch_size=256, mapping=None, class_names=None, precision="float32"):
     """``evaluate_arrays`` of a stream source (``vit_keras.data.sources.list_split``), read batch by batch.
     ``mapping``: the ``LabelMapping`` of the source's classes to the model's outputs (default: they are the
     same); ``class_names``: the model's, for the report (default: the source's)."""
@@ -93,15 +94,16 @@ def evaluate_source(model, source, batch_size=256, mapping=None, class_names=Non
         batches = StreamBatches(source, batching, NO_AUGMENTATION)
         batches = (batches[i] for i in range(len(batches)))
     mapped = ((x, mapping.labels(keras.ops.convert_to_numpy(y))) for x, y in batches)
-    return evaluate_batches(model, mapped, class_names, total=len(source))
+    return evaluate_batches(model, mapped, class_names, total=len(source), precision=precision)
 
 
-def evaluate_batches(model, batches, class_names, total=None):
+def evaluate_batches(model, batches, class_names, total=None, precision="float32"):
     """``evaluate_arrays``'s dict from (images, class indices) batches at the model's input (``total`` images, for
     the progress lines of a long evaluation)."""
     from vit_keras.inference.predict import predict_function
 
-    forward, num_classes, ticker = predict_function(model), len(class_names), Ticker("evaluate", total)
+    forward, num_classes = predict_function(model, precision=precision), len(class_names)
+    ticker = Ticker("evaluate", total)
     loss, count = 0.0, 0
     confusion = np.zeros((num_classes, num_classes), np.int64)
     for x, y in batches:

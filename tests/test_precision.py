@@ -1,0 +1,117 @@
+"""Inference in bfloat16 and int8 (vit_keras.inference.precision): twins, refusals, the agreement check."""
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+import vit_keras
+from vit_keras.cpu import CpuFeatures
+from vit_keras.inference import precision as precision_module
+from vit_keras.inference.precision import AGREEMENTS, resolve, twin
+
+TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_heads=2, mlp_dim=64, num_layers=2, num_classes=5,
+            include_preprocessing=False)
+BF16_CPU = CpuFeatures("a CPU with bf16 units", 2, frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"}))
+AVX2_CPU = CpuFeatures("an AVX2-only CPU", 2, frozenset({"avx2"}))
+
+
+def tiny(**kwargs):
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model("vit_ti16", **{**TINY, **kwargs})
+    if model.head is not None:  # distinct logits, so top-1 agreement means something
+        model.head.kernel.assign(np.random.default_rng(1).normal(0, 2.0, model.head.kernel.shape))
+    return model
+
+
+def images(count=12, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, (count, 32, 32, 3)).astype("float32")
+
+
+@pytest.fixture
+def bf16_cpu(monkeypatch):
+    """This machine seen as one with bf16 units, so the bfloat16 path runs on every CPU the suite meets."""
+    monkeypatch.setattr(precision_module, "cpu_features", lambda: BF16_CPU)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_a_lower_precision_predicts_close_to_float32_and_records_its_agreement(bf16_cpu, precision):
+    model, x = tiny(), images()
+    expected = vit_keras.predict(model, x, batch_size=6)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*precision.*")  # neither refused nor fallen back
+        got = vit_keras.predict(model, x, batch_size=6, precision=precision)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, atol=0.15 * np.abs(expected).max())
+    assert AGREEMENTS[model][precision] >= precision_module.AGREEMENT_FLOOR
+    assert vit_keras.predict(model, x, batch_size=6, precision=precision) == pytest.approx(got)
+    assert twin(model, precision) is twin(model, precision)  # one twin a model and precision
+
+
+def test_the_twins_hold_the_weights_in_their_precision():
+    model = tiny()
+    bf16, int8 = twin(model, "bfloat16"), twin(model, "int8")
+    assert twin(model, "float32") is model
+    assert bf16.blocks[0].attn.qkv.kernel.dtype == "bfloat16" and bf16.head.compute_dtype == "float32"
+    np.testing.assert_allclose(np.asarray(bf16.blocks[0].fc1.kernel, "float32"), model.blocks[0].fc1.kernel,
+                               rtol=1e-2, atol=1e-3)
+    quantized = [layer for layer in int8._flatten_layers() if isinstance(layer, keras.layers.Dense)]
+    assert quantized and all(layer.quantization_mode == "int8" for layer in quantized)
+    assert keras.mixed_precision.dtype_policy().name == "float32"  # the bf16 rebuild restored the global policy
+    assert not model.blocks[0].fc1.quantization_mode  # the user's model is untouched
+
+
+def test_bfloat16_on_a_cpu_without_bf16_units_says_so_and_runs_float32(monkeypatch):
+    monkeypatch.setattr(precision_module, "cpu_features", lambda: AVX2_CPU)
+    model, x = tiny(), images(4)
+    with pytest.warns(UserWarning, match=r"`precision`='bfloat16' would run slower.*AVX2-only CPU.*using float32"):
+        got = vit_keras.predict(model, x, precision="bfloat16")
+    np.testing.assert_array_equal(got, vit_keras.predict(model, x))
+
+
+def test_int8_asked_without_xla_says_so_and_runs_float32():
+    with pytest.warns(UserWarning, match="only compiled by XLA"):
+        assert resolve("int8", jit_compile=False, cpu=BF16_CPU) == ("float32", False)
+    assert resolve("int8", cpu=AVX2_CPU) == ("int8", True)
+    assert resolve("bfloat16", jit_compile=True, cpu=BF16_CPU) == ("bfloat16", False)  # TensorFlow's oneDNN kernel
+
+
+def test_a_precision_that_disagrees_with_float32_warns_with_the_figure_and_falls_back(bf16_cpu, monkeypatch):
+    monkeypatch.setattr(precision_module, "AGREEMENT_FLOOR", 1.01)  # nothing can keep it
+    model, x = tiny(), images()
+    expected = vit_keras.predict(model, x, batch_size=6)
+    with pytest.warns(UserWarning, match=r"'int8' agreed with float32 on 100\.0% of the first 6 images.*using float32"):
+        got = vit_keras.predict(model, x, batch_size=6, precision="int8")
+    np.testing.assert_allclose(got, expected, atol=1e-5)  # every batch, the first included, in float32
+    assert "precision: float32 (int8's top-1 agreement" in precision_module.precision_line(model, "int8")
+
+
+def test_bad_precision_requests_are_named():
+    with pytest.raises(ValueError, match="`precision`.*'float32', 'bfloat16', 'int8'"):
+        vit_keras.predict(tiny(), images(2), precision="fp8")
+    with pytest.raises(ValueError, match="needs a classifier"):
+        twin(tiny(include_top=False), "int8")
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="needs a vit_keras VisionTransformer.*Sequential"):
+        twin(plain, "bfloat16")
+    quantized = tiny()
+    quantized.quantize("int8")
+    with pytest.raises(ValueError, match="already quantized"):
+        twin(quantized, "bfloat16")
+
+
+def test_evaluate_and_bench_run_the_lower_precisions(bf16_cpu, monkeypatch):
+    from vit_keras.inference import bench
+    from vit_keras.training.evaluation import evaluate_arrays
+
+    model = tiny()
+    pixels = np.random.default_rng(3).integers(0, 256, (8, 32, 32, 3), dtype=np.uint8)
+    labels, names = np.arange(8) % 5, [str(i) for i in range(5)]
+    exact = evaluate_arrays(model, pixels, labels, names, batch_size=4)
+    result = evaluate_arrays(model, pixels, labels, names, batch_size=4, precision="int8")
+    assert AGREEMENTS[model]["int8"] >= precision_module.AGREEMENT_FLOOR
+    assert result["loss"] == pytest.approx(exact["loss"], rel=0.1) and result["examples"] == 8
+    monkeypatch.setattr(bench, "resolve", lambda p, jit: resolve(p, jit, cpu=BF16_CPU))
+    rates = bench.keras_throughput("vit_ti16", batch=2, image_size=32, repeats=1)
+    assert set(rates) == set(bench.MODES) and all(rate > 0 for rate in rates.values())

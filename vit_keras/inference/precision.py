@@ -1,0 +1,111 @@
+"""Inference in bfloat16 or int8 where this CPU has the units for them, checked against float32.
+
+    predict(model, images, precision="bfloat16")  # AVX512_BF16 / AMX: TensorFlow's oneDNN bf16 kernels
+    predict(model, images, precision="int8")      # Keras's int8 Dense (weights per channel, inputs per token), XLA
+
+A lower precision runs a twin of the model (``twin``): the same weights rebuilt in bfloat16 (logits stay
+float32), or with every Dense layer quantized by Keras's ``model.quantize("int8")``; one twin per model and
+precision, kept while the model lives. ``resolve`` picks the compiler each needs and refuses, with a warning and
+float32, a precision this CPU or backend has no fast kernels for: software bfloat16 is several times slower than
+float32, and TensorFlow's graph kernels for Keras's int8 matmul twenty times slower (docs/benchmarks.md).
+"""
+
+import warnings
+import weakref
+
+import keras
+import numpy as np
+
+from vit_keras.constants import INFERENCE_PRECISIONS
+from vit_keras.cpu import cpu_features
+from vit_keras.validation import check_choice
+
+AGREEMENT_FLOOR = 0.995  # least top-1 agreement with float32 a lower precision must keep on the user's images
+# Under TensorFlow: XLA's CPU dot does not reach the bf16 units (TensorFlow's own kernel does), while Keras's
+# int8 matmul is fast only compiled by XLA. None: the caller's choice.
+JIT_FOR = {"float32": None, "bfloat16": False, "int8": True}
+TWINS = weakref.WeakKeyDictionary()  # model -> {precision: its twin}
+AGREEMENTS = weakref.WeakKeyDictionary()  # model -> {precision: top-1 agreement with float32 on its first batch}
+
+
+def resolve(precision, jit_compile=True, cpu=None):
+    """(precision, jit_compile) to run: ``precision`` where this CPU and backend compute it fast, else float32 with
+    a warning that says why."""
+    check_choice(precision, "precision", INFERENCE_PRECISIONS)
+    cpu, backend = cpu or cpu_features(), keras.backend.backend()
+    reason = None
+    if precision == "bfloat16" and not cpu.bf16:
+        reason = f"this CPU ({cpu.describe()}) has no bfloat16 units (AVX512_BF16 or AMX-BF16)"
+    elif precision == "int8" and backend not in ("tensorflow", "jax"):
+        reason = f"Keras's int8 layers are compiled to fast kernels under TensorFlow and JAX, not {backend}"
+    elif precision == "int8" and jit_compile is False:
+        reason = "int8 runs fast only compiled by XLA (`jit_compile=False` was asked)"
+    if reason:
+        warnings.warn(f"`precision`={precision!r} would run slower than float32 here: {reason}; using float32.",
+                      stacklevel=3)
+        return "float32", jit_compile
+    forced = JIT_FOR[precision]
+    return precision, jit_compile if forced is None else forced
+
+
+def twin(model, precision):
+    """``model`` in ``precision``: itself for float32, else a rebuilt copy holding its weights (cached)."""
+    check_choice(precision, "precision", INFERENCE_PRECISIONS)
+    if precision == "float32":
+        return model
+    from vit_keras.models.vision_transformer import VisionTransformer, sublayers
+
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"`precision`={precision!r} needs a vit_keras VisionTransformer (it rebuilds the model); "
+                         f"got {type(model).__name__}. Use precision='float32'.")
+    if not model.vit_config["include_top"]:
+        raise ValueError(f"`precision`={precision!r} needs a classifier (include_top=True): it is checked by top-1 "
+                         "agreement with float32. Use precision='float32' for features.")
+    if any(layer.dtype_policy.quantization_mode for _, layer in sublayers(model)):
+        raise ValueError(f"`model` is already quantized; predict it with precision='float32', not {precision!r}.")
+    twins = TWINS.setdefault(model, {})
+    if precision not in twins:
+        twins[precision] = bfloat16_twin(model) if precision == "bfloat16" else int8_twin(model)
+    return twins[precision]
+
+
+def bfloat16_twin(model):
+    previous = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_global_policy("bfloat16")  # every layer the rebuild creates; the head stays float32
+    try:
+        return model.rebuild()
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def int8_twin(model):
+    copy = model.rebuild()
+    copy.quantize("int8", filters=lambda layer: isinstance(layer, keras.layers.Dense))
+    return copy
+
+
+def top1_agreement(outputs, reference):
+    """The fraction of images whose most likely class is the same in ``outputs`` and ``reference`` (logits)."""
+    outputs, reference = np.asarray(outputs, "float32"), np.asarray(reference, "float32")
+    return float(np.mean(outputs.argmax(-1) == reference.argmax(-1)))
+
+
+def keeps(agreement):
+    """Whether a lower precision whose top-1 agreement with float32 is ``agreement`` may run."""
+    return agreement >= AGREEMENT_FLOOR
+
+
+def warn_disagreement(precision, agreement, images):
+    warnings.warn(f"`precision`={precision!r} agreed with float32 on {100 * agreement:.1f}% of the first {images} "
+                  f"images' top-1 classes, under the {100 * AGREEMENT_FLOOR:.1f}% it must keep; using float32.",
+                  stacklevel=4)
+
+
+def precision_line(model, precision):
+    """What ran: ``precision`` with its measured agreement, or float32 where it was refused or fell back."""
+    agreement = AGREEMENTS.get(model, {}).get(precision)
+    if agreement is None:
+        return f"precision: float32 ({precision} refused on this machine: see the warning above)"
+    kept = precision if keeps(agreement) else "float32"
+    return (f"precision: {kept} ({precision}'s top-1 agreement with float32 on the first batch: {100 * agreement:.1f}%,"
+            f" floor {100 * AGREEMENT_FLOOR:.1f}%)")
