@@ -115,3 +115,13 @@ def test_evaluate_and_bench_run_the_lower_precisions(bf16_cpu, monkeypatch):
     monkeypatch.setattr(bench, "resolve", lambda p, jit: resolve(p, jit, cpu=BF16_CPU))
     rates = bench.keras_throughput("vit_ti16", batch=2, image_size=32, repeats=1)
     assert set(rates) == set(bench.MODES) and all(rate > 0 for rate in rates.values())
+
+
+def test_training_in_mixed_bfloat16_without_bf16_units_falls_back_to_float32():
+    from vit_keras.training.optimizer import fast_precision
+
+    precision, why = fast_precision("mixed_bfloat16", AVX2_CPU, accelerators=0)
+    assert precision == "float32" and "AVX2-only CPU" in why and "no bfloat16 units" in why
+    assert fast_precision("mixed_bfloat16", BF16_CPU, accelerators=0) == ("mixed_bfloat16", None)
+    assert fast_precision("mixed_bfloat16", AVX2_CPU, accelerators=1) == ("mixed_bfloat16", None)  # a GPU has them
+    assert fast_precision("float32", AVX2_CPU, accelerators=0) == ("float32", None)

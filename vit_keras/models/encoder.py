@@ -176,7 +176,11 @@ class TransformerBlock(keras.layers.Layer):
         self.drop_path_layer.build(input_shape)
 
     def mlp(self, x, training=None):
-        x = ops.gelu(self.fc1(x), approximate=self.gelu_approximate)
+        h = self.fc1(x)
+        if keras.backend.standardize_dtype(h.dtype) == "bfloat16":  # TensorFlow's CPU GELU is 2-3x slower in bf16
+            x = ops.cast(ops.gelu(ops.cast(h, "float32"), approximate=self.gelu_approximate), h.dtype)
+        else:
+            x = ops.gelu(h, approximate=self.gelu_approximate)
         x = self.mlp_dropout(x, training=training)
         return self.mlp_dropout(self.fc2(x), training=training)
 

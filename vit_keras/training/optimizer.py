@@ -62,6 +62,15 @@ def make_optimizer(schedule, weight_decay=0.05, clipnorm=1.0, precision="float32
     return optimizer
 
 
+def fast_precision(precision, cpu, accelerators):
+    """(``precision``, None), or ("float32", why) where that mixed precision would train slower than float32: on a
+    machine without GPUs or TPUs, mixed_bfloat16 needs the CPU's bfloat16 units (``cpu``: a ``CpuFeatures``);
+    without them every bf16 matmul runs in software."""
+    if precision == "mixed_bfloat16" and not accelerators and not cpu.bf16:
+        return "float32", f"this CPU ({cpu.describe()}) has no bfloat16 units (AVX512_BF16 or AMX-BF16)"
+    return precision, None
+
+
 def set_precision(precision):
     """Set the global Keras dtype policy; call before building the model."""
     check_choice(precision, "precision", PRECISIONS)

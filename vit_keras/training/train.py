@@ -31,14 +31,14 @@ from vit_keras.training import backup, distill, inputs, runs, strategies, warmup
 from vit_keras.training.building import build_for_fit, decode_size
 from vit_keras.training.progress import ProgressLog, fit_verbosity
 from vit_keras.training.config import TrainConfig, is_saved_model
-from vit_keras.training.finetune import compare_to_estimate, with_image_size
+from vit_keras.training.finetune import accelerator_count, compare_to_estimate, with_image_size
 from vit_keras.validation import check_keywords
 from vit_keras.weights.fetch import resolve
 # Re-exported: the training API callers build, compile and catch from here (the recipe's model and optimizer,
 # NonFiniteLoss, the recipes and the choice of devices).
 from vit_keras.training.building import build_model_to_train, finetune_from, recipe_image_size, recipe_patch  # noqa: F401
 from vit_keras.training.config import RECIPES, scaled_learning_rate  # noqa: F401
-from vit_keras.training.optimizer import WarmupCosine, compile_model, make_optimizer, set_precision  # noqa: F401
+from vit_keras.training.optimizer import WarmupCosine, compile_model, fast_precision, make_optimizer, set_precision  # noqa: F401
 from vit_keras.training.runs import NonFiniteLoss  # noqa: F401
 from vit_keras.training.strategies import get_strategy, worker_role  # noqa: F401
 
@@ -60,6 +60,12 @@ def train_with_config(config, out_dir, overwrite=False):
     """Train as ``config`` (a ``TrainConfig``) says into ``out_dir``; see ``train``."""
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
+    precision, why_not = fast_precision(config.precision, cpu_features(), accelerator_count())
+    if why_not:
+        warnings.warn(f"`precision`={config.precision!r} would train slower than float32 here: {why_not}; "
+                      "training in float32.", stacklevel=2)
+        config = dataclasses.replace(config, precision=precision)
+        set_precision(precision)
     print(config.recipe_reason())
     print(f"{cpu_features().describe()}; precision {config.precision}")
     if config.weights and not is_saved_model(config.weights):
