@@ -5,8 +5,9 @@ machine's measured float32 and bfloat16 GEMM peaks.
     .venv/bin/python benchmarks/peers.py --peers-python /work/.venv-ref/bin/python [--real /work/real]
         [--models vit_ti16 vit_s16 vit_b16] [--repeats 5]
 
-Ours: ``vit_keras.predict`` called repeatedly on batches of 16 in float32, bfloat16 and int8 (its first call
-checks the lower precision against float32; a precision refused on this CPU or fallen back is marked).
+Ours: ``vit_keras.predict`` called repeatedly on batches of 16 in float32, bfloat16 and int8 (its first 256
+images check the lower precision against float32; a precision refused on this CPU or fallen back is marked, on
+the timing batches and on the photos).
 Peers (benchmarks/peers_reference.py, in --peers-python: torch, timm, onnx, onnxruntime, openvino): timm eager,
 torch.compile, ONNX Runtime float32 and dynamic int8, OpenVINO float32 and its default (bfloat16 where the CPU
 has the units). Each model is measured by the peers, then by us, on the weights the peers wrote. Random weights,
@@ -47,27 +48,40 @@ def peers(python, name, out, repeats, weights=None, photos=None):
 
 
 def ours(name, weights, repeats, photos=None):
-    """{precision: images/s through vit_keras.predict, batches of 16}, {precision: what ran}, and agreements."""
+    """{precision: images/s through vit_keras.predict, batches of 16}, {precision: what ran}, {precision: top-1
+    agreement with our float32 on ``photos``}, and our float32's top-1 classes of ``photos``.
+
+    The photos run first on their own model, so its check meets real photos (what ran on them is in the agreement
+    row's label); the timing runs on a fresh model whose check meets the timing batches."""
     import warnings
 
     import keras
 
     import vit_keras
-    from vit_keras.inference.precision import AGREEMENTS, keeps
+    from vit_keras.inference.precision import AGREEMENTS
+
+    def what_ran(model, precision, caught):
+        checked = AGREEMENTS.get(model, {}).get(precision)
+        if precision != "float32" and checked is None:
+            return "refused: " + str(caught[0].message)[:60] if caught else "refused"
+        return "fell back to float32" if checked is not None and not checked.kept else precision
 
     keras.backend.clear_session()
+    rates, ran, agreement, reference = {}, {}, {}, None
+    if photos is not None:  # normalized as the peers normalize them
+        model = vit_keras.create_model(name, weights=weights, include_preprocessing=False)
+        photos = photos.astype("float32") / 127.5 - 1.0
+        reference = vit_keras.predict(model, photos, batch_size=16).argmax(-1)
+        for precision in INFERENCE_PRECISIONS:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", UserWarning)
+                top1 = vit_keras.predict(model, photos, batch_size=16, precision=precision).argmax(-1)
+            agreement[precision] = (float(np.mean(top1 == reference)), what_ran(model, precision, caught))
     model = vit_keras.create_model(name, weights=weights, include_preprocessing=False)
     images = np.random.default_rng(0).normal(size=(16, 224, 224, 3)).astype("float32")
-    if photos is not None:  # normalized as the peers normalize them
-        photos = photos.astype("float32") / 127.5 - 1.0
-    rates, ran, agreement = {}, {}, {}
-    reference = None if photos is None else vit_keras.predict(model, photos, batch_size=16).argmax(-1)
     for precision in INFERENCE_PRECISIONS:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
-            if photos is not None:  # the check meets real photos first
-                agreement[precision] = float(np.mean(
-                    vit_keras.predict(model, photos, batch_size=16, precision=precision).argmax(-1) == reference))
             for _ in range(2):
                 vit_keras.predict(model, images, batch_size=16, precision=precision)
             times = []
@@ -76,10 +90,7 @@ def ours(name, weights, repeats, photos=None):
                 vit_keras.predict(model, images, batch_size=16, precision=precision)
                 times.append(time.perf_counter() - start)
         rates[precision] = 16 / statistics.median(times)
-        checked = AGREEMENTS.get(model, {}).get(precision)
-        refused = precision != "float32" and checked is None
-        ran[precision] = ("refused: " + str(caught[0].message)[:60] if refused else
-                          "fell back to float32" if checked is not None and not keeps(checked) else precision)
+        ran[precision] = what_ran(model, precision, caught)
     return rates, ran, agreement, reference
 
 
@@ -136,10 +147,10 @@ def main(argv=None):
             print(f"| {peer} | {rate:.1f} | {rate / best_rate:.2f} | {share(rate, gflops, fp32_peak)} | "
                   f"{share(rate, gflops, bf16_peak)} | {'-' if agree is None else f'{100 * agree:.1f}%'} |")
         for precision, rate in rates.items():
-            agree = agreement.get(precision)
+            agree, on_photos = agreement.get(precision, (None, None))
             print(f"| vit_keras.predict {precision} ({ran[precision]}) | {rate:.1f} | {rate / best_rate:.2f} | "
                   f"{share(rate, gflops, fp32_peak)} | {share(rate, gflops, bf16_peak)} | "
-                  f"{'-' if agree is None else f'{100 * agree:.1f}%'} |")
+                  f"{'-' if agree is None else f'{100 * agree:.1f}% (ran {on_photos})'} |")
         if reference is not None and "top1" in theirs:
             print(f"(our float32 and timm's agree on {100 * np.mean(reference == np.array(theirs['top1'])):.1f}% "
                   "of the photos)")

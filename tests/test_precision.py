@@ -44,7 +44,7 @@ def test_a_lower_precision_predicts_close_to_float32_and_records_its_agreement(b
         got = vit_keras.predict(model, x, batch_size=6, precision=precision)
     assert got.dtype == np.float32 and got.shape == expected.shape
     np.testing.assert_allclose(got, expected, atol=0.15 * np.abs(expected).max())
-    assert AGREEMENTS[model][precision] >= precision_module.AGREEMENT_FLOOR
+    assert AGREEMENTS[model][precision].kept and AGREEMENTS[model][precision].images == 12
     assert vit_keras.predict(model, x, batch_size=6, precision=precision) == pytest.approx(got)
     assert twin(model, precision) is twin(model, precision)  # one twin a model and precision
 
@@ -84,7 +84,8 @@ def test_a_precision_that_disagrees_with_float32_warns_with_the_figure_and_falls
     with pytest.warns(UserWarning, match=r"'int8' agreed with float32 on 100\.0% of the first 6 images.*using float32"):
         got = vit_keras.predict(model, x, batch_size=6, precision="int8")
     np.testing.assert_allclose(got, expected, atol=1e-5)  # every batch, the first included, in float32
-    assert "precision: float32 (int8's top-1 agreement" in precision_module.precision_line(model, "int8")
+    assert "precision: float32 (int8's top-1 agreement with float32 on the first 6 images" in \
+        precision_module.precision_line(model, "int8")
 
 
 def test_bad_precision_requests_are_named():
@@ -110,7 +111,7 @@ def test_evaluate_and_bench_run_the_lower_precisions(bf16_cpu, monkeypatch):
     labels, names = np.arange(8) % 5, [str(i) for i in range(5)]
     exact = evaluate_arrays(model, pixels, labels, names, batch_size=4)
     result = evaluate_arrays(model, pixels, labels, names, batch_size=4, precision="int8")
-    assert AGREEMENTS[model]["int8"] >= precision_module.AGREEMENT_FLOOR
+    assert AGREEMENTS[model]["int8"].kept and AGREEMENTS[model]["int8"].images == 8
     assert result["loss"] == pytest.approx(exact["loss"], rel=0.1) and result["examples"] == 8
     monkeypatch.setattr(bench, "resolve", lambda p, jit: resolve(p, jit, cpu=BF16_CPU))
     rates = bench.keras_throughput("vit_ti16", batch=2, image_size=32, repeats=1)
@@ -125,3 +126,22 @@ def test_training_in_mixed_bfloat16_without_bf16_units_falls_back_to_float32():
     assert fast_precision("mixed_bfloat16", BF16_CPU, accelerators=0) == ("mixed_bfloat16", None)
     assert fast_precision("mixed_bfloat16", AVX2_CPU, accelerators=1) == ("mixed_bfloat16", None)  # a GPU has them
     assert fast_precision("float32", AVX2_CPU, accelerators=0) == ("float32", None)
+
+
+def test_the_check_counts_images_until_it_has_enough_and_warns_once_under_the_floor():
+    from vit_keras.inference.precision import CHECK_IMAGES, Agreement
+
+    logits = np.eye(4, dtype="float32")[[0, 1, 2, 3] * 4]  # 16 images, classes 0-3
+    agreement = Agreement()
+    assert agreement.kept and not agreement.settled
+    assert not agreement.add(logits, logits)  # all 16 agree
+    assert agreement.images == 16 and agreement.kept and not agreement.settled
+    flipped = logits[:, ::-1]
+    assert agreement.add(flipped, logits)  # now 50%: under the floor, once
+    assert not agreement.kept and agreement.settled and agreement.value == 0.5
+    assert not agreement.add(flipped, logits)  # already under: no second warning
+    assert "agreed with float32 on 33.3% of the first 48 images" in agreement.describe("int8")
+    enough = Agreement()
+    for _ in range(CHECK_IMAGES // 16):
+        enough.add(logits, logits)
+    assert enough.settled and enough.kept

@@ -36,7 +36,7 @@ def add_precision_argument(parser, note=""):
     """--precision of a Keras model's inference (``vit_keras.predict``)."""
     parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="float32",
                         help=f"{note}inference precision: bfloat16 on a CPU with bf16 units, int8 compiled by XLA; its "
-                             "first batch is checked against float32, which it falls back to with a warning "
+                             "first 256 images are checked against float32, which it falls back to with a warning "
                              "(default: %(default)s)")
 
 

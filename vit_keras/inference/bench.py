@@ -77,7 +77,7 @@ def matmul_peak_gflops(size=1024, repeats=20, concurrent=1, dtype="float32", jit
 
 
 # column -> (precision, jit_compile, micro-batches). The lower precisions run as ``predict`` runs them once their
-# first batch has been checked (``predict_function``'s twin and compiler); their agreement on real photos is
+# first images have been checked (``predict_function``'s twin and compiler); their agreement on real photos is
 # benchmarks/peers.py's.
 MODES = {"xla": ("float32", True, 1), "no-xla": ("float32", False, 1), "micro": ("float32", True, 4),
          "bfloat16": ("bfloat16", False, 4), "int8": ("int8", True, 4)}

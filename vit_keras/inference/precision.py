@@ -10,6 +10,7 @@ float32, a precision this CPU or backend has no fast kernels for: software bfloa
 float32, and TensorFlow's graph kernels for Keras's int8 matmul twenty times slower (docs/benchmarks.md).
 """
 
+import dataclasses
 import warnings
 import weakref
 
@@ -21,11 +22,12 @@ from vit_keras.cpu import cpu_features
 from vit_keras.validation import check_choice
 
 AGREEMENT_FLOOR = 0.995  # least top-1 agreement with float32 a lower precision must keep on the user's images
+CHECK_IMAGES = 256  # images a lower precision is checked on (also run in float32) before it runs alone
 # Under TensorFlow: XLA's CPU dot does not reach the bf16 units (TensorFlow's own kernel does), while Keras's
 # int8 matmul is fast only compiled by XLA. None: the caller's choice.
 JIT_FOR = {"float32": None, "bfloat16": False, "int8": True}
 TWINS = weakref.WeakKeyDictionary()  # model -> {precision: its twin}
-AGREEMENTS = weakref.WeakKeyDictionary()  # model -> {precision: top-1 agreement with float32 on its first batch}
+AGREEMENTS = weakref.WeakKeyDictionary()  # model -> {precision: its Agreement with float32}
 
 
 def resolve(precision, jit_compile=True, cpu=None):
@@ -84,21 +86,37 @@ def int8_twin(model):
     return copy
 
 
-def top1_agreement(outputs, reference):
-    """The fraction of images whose most likely class is the same in ``outputs`` and ``reference`` (logits)."""
-    outputs, reference = np.asarray(outputs, "float32"), np.asarray(reference, "float32")
-    return float(np.mean(outputs.argmax(-1) == reference.argmax(-1)))
+@dataclasses.dataclass
+class Agreement:
+    """A lower precision's top-1 agreement with float32 on the first images it ran (up to CHECK_IMAGES)."""
 
+    images: int = 0
+    matches: int = 0
 
-def keeps(agreement):
-    """Whether a lower precision whose top-1 agreement with float32 is ``agreement`` may run."""
-    return agreement >= AGREEMENT_FLOOR
+    @property
+    def value(self):
+        return self.matches / self.images if self.images else 1.0
 
+    @property
+    def kept(self):
+        return not self.images or self.value >= AGREEMENT_FLOOR
 
-def warn_disagreement(precision, agreement, images):
-    warnings.warn(f"`precision`={precision!r} agreed with float32 on {100 * agreement:.1f}% of the first {images} "
-                  f"images' top-1 classes, under the {100 * AGREEMENT_FLOOR:.1f}% it must keep; using float32.",
-                  stacklevel=4)
+    @property
+    def settled(self):
+        """Checked on enough images, or already under the floor (which more images could not undo)."""
+        return self.images >= CHECK_IMAGES or not self.kept
+
+    def add(self, outputs, reference):
+        """Count a batch's (logits) top-1 matches; warns once, with the figure, when that takes it under the floor."""
+        was_kept = self.kept
+        outputs, reference = np.asarray(outputs, "float32"), np.asarray(reference, "float32")
+        self.images += len(reference)
+        self.matches += int(np.sum(outputs.argmax(-1) == reference.argmax(-1)))
+        return was_kept and not self.kept
+
+    def describe(self, precision):
+        return (f"`precision`={precision!r} agreed with float32 on {100 * self.value:.1f}% of the first {self.images} "
+                f"images' top-1 classes, under the {100 * AGREEMENT_FLOOR:.1f}% it must keep")
 
 
 def precision_line(model, precision):
@@ -106,6 +124,6 @@ def precision_line(model, precision):
     agreement = AGREEMENTS.get(model, {}).get(precision)
     if agreement is None:
         return f"precision: float32 ({precision} refused on this machine: see the warning above)"
-    kept = precision if keeps(agreement) else "float32"
-    return (f"precision: {kept} ({precision}'s top-1 agreement with float32 on the first batch: {100 * agreement:.1f}%,"
-            f" floor {100 * AGREEMENT_FLOOR:.1f}%)")
+    kept = precision if agreement.kept else "float32"
+    return (f"precision: {kept} ({precision}'s top-1 agreement with float32 on the first {agreement.images} images: "
+            f"{100 * agreement.value:.1f}%, floor {100 * AGREEMENT_FLOOR:.1f}%)")

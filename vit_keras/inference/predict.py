@@ -15,12 +15,13 @@ run the model's own predict step, batch by batch (compiled by Keras: XLA under J
 """
 
 import dataclasses
+import warnings
 import weakref
 
 import keras
 import numpy as np
 
-from vit_keras.inference.precision import AGREEMENTS, keeps, resolve, top1_agreement, twin, warn_disagreement
+from vit_keras.inference.precision import AGREEMENTS, Agreement, resolve, twin
 from vit_keras.models.normalization import check_pixels
 
 
@@ -49,8 +50,9 @@ def predict_function(model, micro_batches=4, jit_compile=True, precision="float3
     """``images -> model(images, training=False)``, run as up to ``micro_batches`` concurrent calls.
 
     ``precision`` "bfloat16" or "int8" runs the model's twin in that precision (vit_keras.inference.precision)
-    where this CPU has fast kernels for it, else float32 with a warning. Its first batch also runs in float32:
-    under the floor of top-1 agreement it keeps (``precision.keeps``) it warns with the figure and the model runs float32 from then on.
+    where this CPU has fast kernels for it, else float32 with a warning. Its first CHECK_IMAGES images also run
+    in float32: under the floor of top-1 agreement it must keep, it warns with the figure and the model runs
+    float32 from then on.
 
     One function per model and settings, reused by every later call (``COMPILED``); traced once per batch
     size; a batch smaller than ``micro_batches`` runs one example per call. Inside another tf.function with
@@ -73,19 +75,18 @@ def predict_function(model, micro_batches=4, jit_compile=True, precision="float3
 
 
 def checked_function(model, precision, lower, reference):
-    """``lower``, once its first batch's top-1 agreement with ``reference`` (float32) holds (AGREEMENTS)."""
+    """``lower``, checked against ``reference`` (float32) on its first images (``Agreement``): while the check runs
+    both run; under the floor, a warning with the figure and ``reference`` from then on."""
     model_ref = weakref.ref(model)
 
     def forward(images):
-        agreements = AGREEMENTS.setdefault(model_ref(), {})
-        if precision not in agreements:
-            outputs, expected = lower(images), reference(images)
-            agreements[precision] = top1_agreement(outputs, expected)
-            if not keeps(agreements[precision]):
-                warn_disagreement(precision, agreements[precision], len(expected))
-                return expected
-            return outputs
-        return lower(images) if keeps(agreements[precision]) else reference(images)
+        agreement = AGREEMENTS.setdefault(model_ref(), {}).setdefault(precision, Agreement())
+        if agreement.settled:
+            return lower(images) if agreement.kept else reference(images)
+        outputs, expected = lower(images), reference(images)
+        if agreement.add(outputs, expected):
+            warnings.warn(agreement.describe(precision) + "; using float32.", stacklevel=3)
+        return outputs if agreement.kept else expected
 
     return forward
 
