@@ -114,6 +114,7 @@ def test_evaluate_and_bench_run_the_lower_precisions(bf16_cpu, monkeypatch):
     assert AGREEMENTS[model]["int8"].kept and AGREEMENTS[model]["int8"].images == 8
     assert result["loss"] == pytest.approx(exact["loss"], rel=0.1) and result["examples"] == 8
     monkeypatch.setattr(bench, "resolve", lambda p, jit: resolve(p, jit, cpu=BF16_CPU))
+    monkeypatch.setattr(bench, "create_model", lambda name, **options: tiny(**options))  # ViT-Ti's 12 blocks: slow
     rates = bench.keras_throughput("vit_ti16", batch=2, image_size=32, repeats=1)
     assert set(rates) == set(bench.MODES) and all(rate > 0 for rate in rates.values())
 
