@@ -70,6 +70,16 @@ def test_bfloat16_on_a_cpu_without_bf16_units_says_so_and_runs_float32(monkeypat
     np.testing.assert_array_equal(got, vit_keras.predict(model, x))
 
 
+def test_bfloat16_under_jax_on_a_cpu_says_so_and_runs_float32(monkeypatch):
+    monkeypatch.setattr(precision_module.keras.backend, "backend", lambda: "jax")
+    monkeypatch.setattr(precision_module, "accelerator_count", lambda: 0)
+    with pytest.warns(UserWarning, match="XLA's CPU dot does not use the bf16 units"):
+        assert resolve("bfloat16", cpu=BF16_CPU) == ("float32", True)
+    assert resolve("int8", cpu=BF16_CPU) == ("int8", True)
+    monkeypatch.setattr(precision_module, "accelerator_count", lambda: 1)  # a GPU or TPU computes bf16 itself
+    assert resolve("bfloat16", cpu=AVX2_CPU)[0] == "bfloat16"
+
+
 def test_int8_asked_without_xla_says_so_and_runs_float32():
     with pytest.warns(UserWarning, match="only compiled by XLA"):
         assert resolve("int8", jit_compile=False, cpu=BF16_CPU) == ("float32", False)

@@ -6,7 +6,7 @@
 A lower precision runs a twin of the model (``twin``): the same weights rebuilt in bfloat16 (logits stay
 float32), or with every Dense layer quantized by Keras's ``model.quantize("int8")``; one twin per model and
 precision, kept while the model lives. ``resolve`` picks the compiler each needs and refuses, with a warning and
-float32, a precision this CPU or backend has no fast kernels for: software bfloat16 is several times slower than
+float32, a precision this CPU or backend has no fast kernels for (where the backend computes on the CPU): software bfloat16 is several times slower than
 float32, and TensorFlow's graph kernels for Keras's int8 matmul twenty times slower (docs/benchmarks.md).
 """
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from vit_keras.constants import INFERENCE_PRECISIONS
 from vit_keras.cpu import cpu_features
+from vit_keras.devices import accelerator_count
 from vit_keras.validation import check_choice
 
 AGREEMENT_FLOOR = 0.995  # least top-1 agreement with float32 a lower precision must keep on the user's images
@@ -34,10 +35,15 @@ def resolve(precision, jit_compile=True, cpu=None):
     """(precision, jit_compile) to run: ``precision`` where this CPU and backend compute it fast, else float32 with
     a warning that says why."""
     check_choice(precision, "precision", INFERENCE_PRECISIONS)
+    if precision == "float32":
+        return precision, jit_compile
     cpu, backend = cpu or cpu_features(), keras.backend.backend()
+    on_cpu = not accelerator_count()
     reason = None
-    if precision == "bfloat16" and not cpu.bf16:
+    if precision == "bfloat16" and on_cpu and not cpu.bf16:
         reason = f"this CPU ({cpu.describe()}) has no bfloat16 units (AVX512_BF16 or AMX-BF16)"
+    elif precision == "bfloat16" and on_cpu and backend == "jax":
+        reason = "XLA's CPU dot does not use the bf16 units (measured under JAX: no faster than float32)"
     elif precision == "int8" and backend not in ("tensorflow", "jax"):
         reason = f"Keras's int8 layers are compiled to fast kernels under TensorFlow and JAX, not {backend}"
     elif precision == "int8" and jit_compile is False:

@@ -20,6 +20,7 @@ import os
 import zipfile
 
 from vit_keras.data.datasets import folder_split
+from vit_keras.devices import accelerator_count
 from vit_keras.data.shards import open_shards
 from vit_keras.models.configs import model_config
 from vit_keras.validation import pair
@@ -45,26 +46,6 @@ REFERENCE_COST = cost(96, 16, 192, 12)  # a ViT-Ti/16 at 96 px, which RATE_PER_C
 
 def usable_cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def accelerator_count():
-    """GPUs or TPUs the Keras backend can use."""
-    import keras
-
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        return sum(device.platform != "cpu" for device in jax.devices())
-    if backend == "torch":
-        import torch
-
-        return torch.cuda.device_count()
-    import tensorflow as tf
-
-    from vit_keras.training.strategies import tpu_present
-
-    return len(tf.config.list_logical_devices("GPU")) + int(tpu_present())
 
 
 def saved_config(path):

@@ -23,6 +23,7 @@ import os
 
 import keras
 
+from vit_keras.devices import tpu_present
 from vit_keras.training.backends import check_strategy
 
 # Keras's variables for a multi-process JAX run (keras.distribution.initialize reads them).
@@ -85,20 +86,6 @@ def tf_strategy(name):
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
-
-
-def tpu_present():
-    """Whether TensorFlow can reach a TPU (cheap checks first: a TPU VM exposes /dev/accel* or /dev/vfio; Cloud TPU
-    nodes set TPU_NAME)."""
-    if not (os.environ.get("TPU_NAME") or os.path.exists("/dev/accel0") or os.path.isdir("/dev/vfio")):
-        return False
-    import tensorflow as tf
-
-    try:
-        tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", ""))
-        return True
-    except (ValueError, tf.errors.NotFoundError):
-        return False
 
 
 def is_tf_multi_worker(strategy):

@@ -31,7 +31,8 @@ from vit_keras.training import backup, distill, inputs, runs, strategies, warmup
 from vit_keras.training.building import build_for_fit, decode_size
 from vit_keras.training.progress import ProgressLog, fit_verbosity
 from vit_keras.training.config import TrainConfig, is_saved_model
-from vit_keras.training.finetune import accelerator_count, compare_to_estimate, with_image_size
+from vit_keras.devices import accelerator_count
+from vit_keras.training.finetune import compare_to_estimate, with_image_size
 from vit_keras.validation import check_keywords
 from vit_keras.weights.fetch import resolve
 # Re-exported: the training API callers build, compile and catch from here (the recipe's model and optimizer,
