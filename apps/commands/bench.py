@@ -5,7 +5,8 @@ from vit_keras.apps.commands import positive_int
 from vit_keras.constants import BENCH_MODELS as MODELS
 from vit_keras.constants import INFERENCE_PRECISIONS
 
-HELP = "inference throughput of ViT-Ti/16, S/16, B/16 (XLA on/off), share of the fp32 matmul peak, and timm's, same run"
+HELP = ("inference throughput of ViT-Ti/16, S/16, B/16 (float32 XLA on/off, bfloat16, int8), share of the fp32 "
+        "and bf16 matmul peaks, and timm's, same run")
 
 
 def add_arguments(parser):

@@ -93,8 +93,11 @@ def keras_throughput(name, batch, image_size, repeats, precisions=INFERENCE_PREC
     images = tf.random.normal((batch, image_size, image_size, 3))
     forwards = {}
     for mode, (precision, jit, micro) in MODES.items():
-        if precision in precisions and resolve(precision, jit)[0] == precision:
-            forwards[mode] = predict_function(twin(model, precision), micro, resolve(precision, jit)[1])
+        if precision not in precisions:
+            continue
+        runs_as, jit = resolve(precision, jit)
+        if runs_as == precision:  # else refused here, with a warning
+            forwards[mode] = predict_function(twin(model, precision), micro, jit)
     for forward in forwards.values():  # compile all first, then time them in turns: a shared CPU drifts
         forward(images).numpy()
     times = {mode: [] for mode in forwards}

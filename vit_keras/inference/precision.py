@@ -6,8 +6,9 @@
 A lower precision runs a twin of the model (``twin``): the same weights rebuilt in bfloat16 (logits stay
 float32), or with every Dense layer quantized by Keras's ``model.quantize("int8")``; one twin per model and
 precision, kept while the model lives. ``resolve`` picks the compiler each needs and refuses, with a warning and
-float32, a precision this CPU or backend has no fast kernels for (where the backend computes on the CPU): software bfloat16 is several times slower than
-float32, and TensorFlow's graph kernels for Keras's int8 matmul twenty times slower (docs/benchmarks.md).
+float32, a precision this CPU or backend has no fast kernels for (where the backend computes on the CPU):
+software bfloat16 is several times slower than float32, and TensorFlow's graph kernels for Keras's int8 matmul
+twenty times slower (docs/benchmarks.md).
 """
 
 import dataclasses
@@ -25,8 +26,8 @@ from vit_keras.validation import check_choice
 AGREEMENT_FLOOR = 0.995  # least top-1 agreement with float32 a lower precision must keep on the user's images
 CHECK_IMAGES = 256  # images a lower precision is checked on (also run in float32) before it runs alone
 # Under TensorFlow: XLA's CPU dot does not reach the bf16 units (TensorFlow's own kernel does), while Keras's
-# int8 matmul is fast only compiled by XLA. None: the caller's choice.
-JIT_FOR = {"float32": None, "bfloat16": False, "int8": True}
+# int8 matmul is fast only compiled by XLA. float32 keeps the caller's choice.
+JIT_FOR = {"bfloat16": False, "int8": True}
 TWINS = weakref.WeakKeyDictionary()  # model -> {precision: its twin}
 AGREEMENTS = weakref.WeakKeyDictionary()  # model -> {precision: its Agreement with float32}
 
@@ -52,8 +53,7 @@ def resolve(precision, jit_compile=True, cpu=None):
         warnings.warn(f"`precision`={precision!r} would run slower than float32 here: {reason}; using float32.",
                       stacklevel=3)
         return "float32", jit_compile
-    forced = JIT_FOR[precision]
-    return precision, jit_compile if forced is None else forced
+    return precision, JIT_FOR[precision]
 
 
 def twin(model, precision):
