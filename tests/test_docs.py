@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -186,7 +187,8 @@ def stand_ins(tmp_path_factory):
     work = root / "work"
     work.mkdir()
     fashion = make_workdir(work)
-    return dict(root=root, work=work, fashion=fashion, mirror=root / "mirror")
+    yield dict(root=root, work=work, fashion=fashion, mirror=root / "mirror")
+    shutil.rmtree(root, ignore_errors=True)  # full-size stand-in checkpoints: over a gigabyte
 
 
 # ----------------------------------------------------------------------------- the tests

@@ -23,7 +23,7 @@ _EXPORTS = {
     "models.configs": ("MODELS", "VARIANTS", "list_models", "model_config"),
     "models.position": ("resize_position_embedding",),
     "models.stems": ("ConvStem", "ResNetV2Stem", "StdConv2D"),
-    "factory": ("create_model",),
+    "factory": ("create_model", "from_pretrained"),
     "training.api": ("finetune_recipe", "image_dataset"),
     "training.recipe": ("Recipe",),
     "weights.presets": ("get_preset", "list_presets", "preset_labels"),

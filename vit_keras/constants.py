@@ -66,7 +66,7 @@ IMAGES_PER_SHARD = 1024  # a shard file's records, by default
 
 # Model options
 POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
-POOLINGS = ("token", "gap", "sequence")  # eq. 4's readout: vit_keras.models.readout
+POOLINGS = ("token", "gap", "sequence", "token_gap")  # eq. 4's readout: vit_keras.models.readout
 
 BENCH_MODELS = ("vit_ti16", "vit_s16", "vit_b16")  # `vit-keras bench` times these by default
 

@@ -1,11 +1,16 @@
-"""``create_model``: a named ViT or a preset, with its weights if asked."""
+"""``create_model``: a named ViT or a preset, with its weights if asked; ``from_pretrained``: the model a checkpoint
+folder or hub name describes, whole."""
 
 import inspect
+import os
 
 from vit_keras.models.configs import MODELS, model_config
 from vit_keras.models.normalization import CHECKPOINT, check_normalization
 from vit_keras.models.vision_transformer import VIT_KEYWORDS, VisionTransformer
+from vit_keras.files import read_json
 from vit_keras.validation import check_keywords
+from vit_keras.weights.describe import describe, described_arguments
+from vit_keras.weights.hub import hub_folder, is_hub_name
 from vit_keras.weights.loader import load_weights
 from vit_keras.weights.normalization import recorded_normalization
 from vit_keras.weights.presets import is_preset, preset_arguments
@@ -15,8 +20,8 @@ def create_model(
     name=None,
     image_size=None,
     num_classes=None,
-    pooling="token",
-    position_embedding="learned",
+    pooling=None,
+    position_embedding=None,
     dropout=0.0,
     drop_path=0.0,
     include_top=True,
@@ -40,6 +45,18 @@ def create_model(
     """
     check_keywords(overrides, VIT_KEYWORDS | set(inspect.signature(create_model).parameters) - {"overrides"},
                    "create_model")
+    if is_hub_name(weights):
+        weights = hub_folder(weights)
+    if is_described_folder(weights):  # a Hugging Face or timm folder: what it says fills what was left unset
+        description = describe(weights)
+        arguments = described_arguments(description, dict(
+            overrides, image_size=image_size, num_classes=num_classes, pooling=pooling,
+            position_embedding=position_embedding), named=name is not None)
+        image_size, num_classes, pooling, position_embedding = (arguments.pop(key, None) for key in (
+            "image_size", "num_classes", "pooling", "position_embedding"))
+        arguments.pop("include_top", None)  # create_model's own: a folder without a head gets a new one
+        overrides, weights = arguments, description.weights
+    pooling, position_embedding = pooling or "token", position_embedding or "learned"
     if is_preset(name) or is_preset(weights) or (name is not None and name not in MODELS):
         name, weights, overrides = preset_arguments(name, weights, dict(
             overrides, image_size=image_size, num_classes=num_classes, pooling=pooling,
@@ -59,4 +76,36 @@ def create_model(
     )
     if weights is not None:
         load_weights(model, weights)
+    return model
+
+
+def is_described_folder(weights):
+    """Whether ``weights`` is a Hugging Face or timm folder, whose config.json describes the model."""
+    if not isinstance(weights, (str, os.PathLike)) or not os.path.isdir(weights):
+        return False
+    config = read_json(os.path.join(weights, "config.json")) or {}
+    return "model_type" in config or "architecture" in config
+
+
+def from_pretrained(source, include_preprocessing=True, cache_dir=None, **overrides):
+    """The whole model a checkpoint describes, with its weights: its architecture, head, class names, layer-norm
+    epsilon, tokens, pooling and input normalization, as the checkpoint's own files state them.
+
+    source: a Hugging Face or timm folder (config.json + model.safetensors, as ``save_pretrained`` and timm's
+      ``save_for_hf`` write them), a keras-hub preset folder, a hub name (``hf://org/name``, ``hf-hub:org/name``,
+      fetched through huggingface_hub's cache), or one of our presets (``vit_keras.list_presets()``).
+    overrides: any ``VisionTransformer`` argument, over the folder's. Another ``num_classes`` than the folder's
+      drops its head (a new one starts at zero, and its class names go with it): fine-tuning.
+    include_preprocessing: the model takes 0-255 pixels and normalizes them as the folder says.
+    """
+    if is_preset(source):
+        return create_model(source, include_preprocessing=include_preprocessing, **overrides)
+    folder = hub_folder(source, cache_dir) if is_hub_name(source) else os.fspath(source)
+    description = describe(folder)
+    given = dict(overrides)
+    if given.get("num_classes") is not None:
+        given.setdefault("include_top", True)
+    arguments = described_arguments(description, given)
+    model = VisionTransformer(include_preprocessing=include_preprocessing, **arguments)
+    load_weights(model, description.weights)
     return model

@@ -35,11 +35,12 @@ def _embedding(model):
 
 
 def token_geometry(model):
-    """((grid_h, grid_w), (cell_h, cell_w) in input pixels, has_class_token) of a model's tokens."""
+    """((grid_h, grid_w), (cell_h, cell_w) in input pixels, prefix tokens) of a model's tokens: the prefix is the
+    count of tokens before the patches (class, distillation and register tokens)."""
     embedding = _embedding(model)
     height, width = model.input_shape[1:3]
     gh, gw = embedding.grid_size
-    return (gh, gw), (height / gh, width / gw), embedding.class_token
+    return (gh, gw), (height / gh, width / gw), embedding.prefix_tokens
 
 
 def model_inputs(model, images, pixels=True):
@@ -99,16 +100,20 @@ def attention_rollout(attention_maps, add_residual=True):
 def rollout_heatmap(rollout, grid, class_token, pooling="token", token_weights=None):
     """(B, gh, gw) over the patches from a rollout (B, T, T).
 
+    class_token: the number of tokens before the patches (True: the class token alone).
     pooling="token": the class token's row (what the prediction reads);
+    pooling="token_gap": the mean of that row and the patch rows' mean (the readout concatenates both);
     pooling="gap": the mean of the patch rows, since GAP averages every patch's output;
     pooling="sequence": the patch rows weighted by the readout's ``token_weights`` (B, N) for these images.
     """
     gh, gw = grid
-    prefix = int(bool(class_token))
-    if pooling == "token":
+    prefix = int(class_token)
+    if pooling in ("token", "token_gap"):
         if not class_token:
-            raise ValueError("`pooling`='token' needs `class_token`=True; use pooling='gap' for a model without one.")
-        weights = rollout[:, 0, 1:]
+            raise ValueError(f"`pooling`={pooling!r} needs `class_token`; use pooling='gap' for a model without one.")
+        weights = rollout[:, 0, prefix:]
+        if pooling == "token_gap":
+            weights = (weights + rollout[:, prefix:, prefix:].mean(axis=1)) / 2
     elif pooling == "sequence":
         if token_weights is None:
             raise ValueError("`pooling`='sequence' weights the patch rows by the readout: pass `token_weights` "
@@ -209,7 +214,7 @@ def mean_attention_distance(attention_maps, grid, cell_size, class_token, renorm
     distance and not shrunk by the share of attention that goes to the class token.
     """
     distances = patch_distances(grid, cell_size)
-    prefix = int(bool(class_token))
+    prefix = int(class_token)  # a count of tokens before the patches, or True for the class token alone
     per_layer = []
     for weights in attention_maps:
         weights = np.asarray(weights, dtype="float64")[..., prefix:, prefix:]
@@ -240,7 +245,7 @@ def position_grid(model):
     table = embedding.position_table()
     if table is None:
         raise ValueError("The model has position_embedding='none': there is no position embedding to compare.")
-    table = np.asarray(ops.convert_to_numpy(table))[0, int(embedding.class_token):]
+    table = np.asarray(ops.convert_to_numpy(table))[0, embedding.positioned_prefix:]
     return table.reshape(*embedding.grid_size, -1)
 
 

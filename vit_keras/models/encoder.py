@@ -124,6 +124,8 @@ class TransformerBlock(keras.layers.Layer):
     ``gelu_approximate=True`` uses the tanh form of GELU, which quantizes and
     fuses better on device; the default is the exact erf form of the paper.
     ``locality_attention=True``: the MSA is Locality Self-Attention (``MultiHeadSelfAttention(locality=True)``).
+    ``layer_scale=e`` (CaiT's LayerScale, Touvron et al. 2021, as DeiT-III and DINOv2 use it): each residual
+    branch is scaled per channel by a learned vector initialised to e, z' = z + gamma_1 * MSA(LN(z)), ...
     ``query_tokens=k`` computes z for the first k tokens alone, (B, T, D) -> (B, k, D). Under
     class-token pooling only z_L^0 is read out (eq. 4), so the last block needs k=1: the same
     logits and gradients for 1/L less work.
@@ -140,6 +142,7 @@ class TransformerBlock(keras.layers.Layer):
         gelu_approximate=False,
         query_tokens=None,
         locality_attention=False,
+        layer_scale=None,
         **kwargs,
     ):
         check_layer_keywords(self, kwargs)
@@ -155,6 +158,9 @@ class TransformerBlock(keras.layers.Layer):
         self.norm_epsilon = float(norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
         self.locality_attention = bool(locality_attention)
+        if layer_scale is not None and not float(layer_scale) > 0:
+            raise ValueError(f"`layer_scale` is LayerScale's initial value: a float > 0, or None; got {layer_scale}.")
+        self.layer_scale = None if layer_scale is None else float(layer_scale)
         self.norm1 = keras.layers.LayerNormalization(epsilon=self.norm_epsilon, name="norm1")
         self.attn = MultiHeadSelfAttention(self.num_heads, attention_dropout=self.attention_dropout,
                                            dropout=self.dropout, locality=self.locality_attention, name="attn")
@@ -174,6 +180,16 @@ class TransformerBlock(keras.layers.Layer):
         self.fc2 = keras.layers.Dense(d, name="fc2")
         self.fc2.build((*input_shape[:-1], self.mlp_dim))
         self.drop_path_layer.build(input_shape)
+        if self.layer_scale is not None:
+            init = keras.initializers.Constant(self.layer_scale)
+            self.gamma_1 = self.add_weight(name="gamma_1", shape=(d,), initializer=init)
+            self.gamma_2 = self.add_weight(name="gamma_2", shape=(d,), initializer=init)
+
+    def scaled(self, branch, which):
+        """LayerScale's gamma_which * branch; the branch itself without LayerScale."""
+        if self.layer_scale is None:
+            return branch
+        return branch * ops.cast(getattr(self, f"gamma_{which}"), branch.dtype)
 
     def mlp(self, x, training=None):
         h = self.fc1(x)
@@ -190,8 +206,9 @@ class TransformerBlock(keras.layers.Layer):
         y, weights = y if return_attention_scores else (y, None)
         if self.query_tokens:
             z = z[:, :self.query_tokens]
-        z = z + self.drop_path_layer(y, training=training)
-        z = z + self.drop_path_layer(self.mlp(self.norm2(z), training=training), training=training)
+        z = z + self.drop_path_layer(self.scaled(y, 1), training=training)
+        y = self.mlp(self.norm2(z), training=training)
+        z = z + self.drop_path_layer(self.scaled(y, 2), training=training)
         return (z, weights) if return_attention_scores else z
 
     def compute_output_shape(self, input_shape):
@@ -212,4 +229,5 @@ class TransformerBlock(keras.layers.Layer):
             "gelu_approximate": self.gelu_approximate,
             "query_tokens": self.query_tokens,
             "locality_attention": self.locality_attention,
+            "layer_scale": self.layer_scale,
         }

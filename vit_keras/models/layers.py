@@ -116,6 +116,11 @@ class PatchEncoder(keras.layers.Layer):
     Input is an image or a CNN feature map (B, H, W, C); output (B, T, D) with
     T = N + 1 when the class token is used (it sits at position 0).
 
+    Tokens after the paper's (the ViTs fine-tuned today):
+      distillation_token  DeiT's x_distil after the class token (Touvron et al. 2021), with its own E_pos row;
+      register_tokens=R   R learned registers after those (Darcet et al. 2024), without E_pos.
+    The sequence is [x_class; x_distil; r_1..r_R; patches]: ``prefix_tokens`` tokens before the patches.
+
     position_embedding:
       "learned"     a learned (1, T, D) table (the paper's default, 1-D);
       "learned_2d"  learned row and column tables of D/2 each, concatenated per
@@ -132,6 +137,8 @@ class PatchEncoder(keras.layers.Layer):
         class_token=True,
         position_embedding="learned",
         dropout=0.0,
+        distillation_token=False,
+        register_tokens=0,
         **kwargs,
     ):
         check_layer_keywords(self, kwargs)
@@ -143,10 +150,18 @@ class PatchEncoder(keras.layers.Layer):
         self.hidden_size = int(hidden_size)
         self.grid_size = pair(grid_size, "grid_size")
         self.class_token = bool(class_token)
+        self.distillation_token = bool(distillation_token)
+        if self.distillation_token and not self.class_token:
+            raise ValueError("`distillation_token`=True sits beside the class token: it needs class_token=True.")
+        if int(register_tokens) < 0:
+            raise ValueError(f"`register_tokens` must be an int >= 0; got {register_tokens}.")
+        self.register_tokens = int(register_tokens)
         self.position_embedding = position_embedding
         self.dropout = float(dropout)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.num_tokens = self.num_patches + int(self.class_token)
+        self.positioned_prefix = int(self.class_token) + int(self.distillation_token)  # tokens with an E_pos row
+        self.prefix_tokens = self.positioned_prefix + self.register_tokens
+        self.num_tokens = self.num_patches + self.prefix_tokens
         self.dropout_layer = keras.layers.Dropout(self.dropout)
 
     def build(self, input_shape):
@@ -164,28 +179,32 @@ class PatchEncoder(keras.layers.Layer):
             name="kernel", shape=(*self.patch_size, channels, d), initializer="lecun_normal"
         )
         self.bias = self.add_weight(name="bias", shape=(d,), initializer="zeros")
+        init = keras.initializers.RandomNormal(stddev=0.02)
         if self.class_token:
             self.cls = self.add_weight(name="cls", shape=(1, 1, d), initializer="zeros")
-        init = keras.initializers.RandomNormal(stddev=0.02)
+        if self.distillation_token:
+            self.dist = self.add_weight(name="dist", shape=(1, 1, d), initializer=init)
+        if self.register_tokens:
+            self.registers = self.add_weight(name="registers", shape=(1, self.register_tokens, d), initializer=init)
+        rows = self.num_patches + self.positioned_prefix
         if self.position_embedding == "learned":
-            self.pos_embedding = self.add_weight(name="pos_embedding", shape=(1, self.num_tokens, d), initializer=init)
+            self.pos_embedding = self.add_weight(name="pos_embedding", shape=(1, rows, d), initializer=init)
         elif self.position_embedding == "learned_2d":
             self.pos_row = self.add_weight(name="pos_row", shape=(self.grid_size[0], d // 2), initializer=init)
             self.pos_col = self.add_weight(name="pos_col", shape=(self.grid_size[1], d - d // 2), initializer=init)
-            if self.class_token:
-                self.pos_cls = self.add_weight(name="pos_cls", shape=(1, 1, d), initializer=init)
+            if self.positioned_prefix:
+                self.pos_cls = self.add_weight(name="pos_cls", shape=(1, self.positioned_prefix, d), initializer=init)
         elif self.position_embedding == "sincos_2d":
             table = sincos_2d_embedding(self.grid_size, d)
-            if self.class_token:
-                table = np.concatenate([np.zeros((1, d), "float32"), table])
+            table = np.concatenate([np.zeros((self.positioned_prefix, d), "float32"), table])
             self.pos_embedding = self.add_weight(
-                name="pos_embedding", shape=(1, self.num_tokens, d),
+                name="pos_embedding", shape=(1, rows, d),
                 initializer=keras.initializers.Constant(table[None]), trainable=False,
             )
         self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: channels})
 
     def position_table(self):
-        """E_pos as a (1, T, D) tensor, or None for position_embedding='none'."""
+        """E_pos as a (1, T - R, D) tensor (no rows for the registers), or None for position_embedding='none'."""
         if self.position_embedding in ("learned", "sincos_2d"):
             return self.pos_embedding
         if self.position_embedding == "learned_2d":
@@ -193,7 +212,7 @@ class PatchEncoder(keras.layers.Layer):
             rows = ops.broadcast_to(self.pos_row[:, None, :], (gh, gw, d // 2))
             cols = ops.broadcast_to(self.pos_col[None, :, :], (gh, gw, d - d // 2))
             table = ops.reshape(ops.concatenate([rows, cols], axis=-1), (1, gh * gw, d))
-            if self.class_token:
+            if self.positioned_prefix:
                 table = ops.concatenate([self.pos_cls, table], axis=1)
             return table
         return None
@@ -202,13 +221,22 @@ class PatchEncoder(keras.layers.Layer):
         x = ops.conv(x, ops.cast(self.kernel, x.dtype), strides=self.patch_size, padding="valid")
         x = x + ops.cast(self.bias, x.dtype)
         x = ops.reshape(x, (-1, self.num_patches, self.hidden_size))
-        if self.class_token:
-            cls = ops.broadcast_to(ops.cast(self.cls, x.dtype), (ops.shape(x)[0], 1, self.hidden_size))
-            x = ops.concatenate([cls, x], axis=1)
+        batch = ops.shape(x)[0]
+        prefix = [self.cls] if self.class_token else []
+        prefix += [self.dist] if self.distillation_token else []
+        if prefix:
+            x = ops.concatenate([self.repeated(token, batch, x.dtype) for token in prefix] + [x], axis=1)
         table = self.position_table()
         if table is not None:
             x = x + ops.cast(table, x.dtype)
+        if self.register_tokens:
+            k = self.positioned_prefix
+            x = ops.concatenate([x[:, :k], self.repeated(self.registers, batch, x.dtype), x[:, k:]], axis=1)
         return self.dropout_layer(x, training=training)
+
+    def repeated(self, tokens, batch, dtype):
+        """A (1, k, D) learned token row, one copy per image: (B, k, D)."""
+        return ops.broadcast_to(ops.cast(tokens, dtype), (batch, tokens.shape[1], self.hidden_size))
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.num_tokens, self.hidden_size)
@@ -222,6 +250,8 @@ class PatchEncoder(keras.layers.Layer):
             "class_token": self.class_token,
             "position_embedding": self.position_embedding,
             "dropout": self.dropout,
+            "distillation_token": self.distillation_token,
+            "register_tokens": self.register_tokens,
         }
 
 

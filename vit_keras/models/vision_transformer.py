@@ -66,6 +66,8 @@ class VisionTransformer(keras.Model):
     model takes, and ``fit``/``evaluate``/``predict`` refuse an array batch obviously scaled for the other one.
     For small data (Lee et al. 2021; Hassani et al. 2021): ``locality_attention=True`` (every block's MSA masks
     its diagonal and learns its temperature) and ``pooling="sequence"``.
+    The ViTs fine-tuned today add: ``distillation_token`` (DeiT), ``register_tokens`` (DINOv2's registers),
+    ``layer_scale`` (LayerScale's initial value: DeiT-III, DINOv2), ``pooling="token_gap"`` (DINOv2's classifier).
     """
 
     def __init__(
@@ -94,6 +96,9 @@ class VisionTransformer(keras.Model):
         gelu_approximate=False,
         locality_attention=False,
         class_names=None,
+        distillation_token=False,
+        register_tokens=0,
+        layer_scale=None,
         name="vit",
         **kwargs,
     ):
@@ -116,7 +121,7 @@ class VisionTransformer(keras.Model):
         if include_top and int(num_classes) < 1:
             raise ValueError(f"`num_classes` must be >= 1 with include_top=True; got {num_classes}.")
         if class_token is None:
-            class_token = pooling == "token"
+            class_token = pooling in ("token", "token_gap")
         pixel_mean, pixel_std = check_normalization(pixel_mean, pixel_std, int(channels))
         class_names = check_class_names(class_names, num_classes if include_top else None)
         config = dict(
@@ -127,7 +132,8 @@ class VisionTransformer(keras.Model):
             representation_size=representation_size, include_top=include_top,
             include_preprocessing=include_preprocessing, pixel_mean=pixel_mean, pixel_std=pixel_std,
             norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate, locality_attention=locality_attention,
-            class_names=class_names,
+            class_names=class_names, distillation_token=bool(distillation_token), register_tokens=int(register_tokens),
+            layer_scale=layer_scale,
         )
 
         images = keras.Input((*image_size, channels), name="images")
@@ -155,18 +161,22 @@ class VisionTransformer(keras.Model):
         encoder_patch = 1 if stem else patch_size
         grid = check_divisible((image_size[0] // stem_stride, image_size[1] // stem_stride), encoder_patch,
                                what="image_size" if stem is None else "feature map size")
-        x = PatchEncoder(encoder_patch, hidden_size, grid, class_token=class_token,
-                         position_embedding=position_embedding, dropout=dropout,
-                         name=LAYER_NAMES["patch_encoder"])(x)
+        tokens = PatchEncoder(encoder_patch, hidden_size, grid, class_token=class_token,
+                              position_embedding=position_embedding, dropout=dropout,
+                              distillation_token=distillation_token, register_tokens=register_tokens,
+                              name=LAYER_NAMES["patch_encoder"])
+        pool = TokenPooling(pooling, class_token, tokens.prefix_tokens, tokens.distillation_token,
+                            name=LAYER_NAMES["pooling_layer"])
+        x = tokens(x)
         for i in range(num_layers):
             rate = drop_path * i / max(num_layers - 1, 1)  # linearly increasing stochastic depth
-            readout = 1 if pooling == "token" and i == num_layers - 1 else None  # only z_L^0 is read out
+            readout = pool.read_tokens if i == num_layers - 1 else None  # only these tokens of z_L are read out
             x = TransformerBlock(num_heads, mlp_dim, dropout=dropout, attention_dropout=attention_dropout,
                                  drop_path=rate, norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate,
                                  query_tokens=readout, locality_attention=locality_attention,
-                                 name=BLOCK_NAME.format(i))(x)
+                                 layer_scale=layer_scale, name=BLOCK_NAME.format(i))(x)
         x = keras.layers.LayerNormalization(epsilon=norm_epsilon, name=LAYER_NAMES["encoder_norm"])(x)
-        x = TokenPooling(pooling, class_token, name=LAYER_NAMES["pooling_layer"])(x)
+        x = pool(x)
         if representation_size:
             x = keras.layers.Dense(representation_size, activation="tanh", name=LAYER_NAMES["pre_logits"])(x)
         if include_top:
@@ -341,7 +351,7 @@ def _fit_position_tables(source, target, values):
         return {key: value for key, value in values.items() if not key.startswith("pos_")}  # no table carries over
     old, new = source.grid_size, target.grid_size
     if "pos_embedding" in values:
-        values["pos_embedding"] = resize_position_embedding(values["pos_embedding"], new, old, int(source.class_token))
+        values["pos_embedding"] = resize_position_embedding(values["pos_embedding"], new, old, source.positioned_prefix)
     for key, axis in (("pos_row", 0), ("pos_col", 1)):
         if key in values:
             values[key] = resize_axis_embedding(values[key], new[axis])

@@ -50,13 +50,15 @@ class Checkpoint(collections.abc.Mapping):
     """A checkpoint in the canonical layout (name -> array), with what its reader found about its position table.
 
     grid: the patch grid (rows, cols) the file records, or None (then the loader infers it from the table);
-    timm_table: the table is timm's, which has no class-token row when the model was made with no_embed_class.
+    timm_table: the table is timm's, which has no class-token row when the model was made with no_embed_class;
+    antialias: whether its library resamples the table antialiased (timm, ours) or not (Hugging Face).
     """
 
-    def __init__(self, arrays, grid=None, timm_table=False):
+    def __init__(self, arrays, grid=None, timm_table=False, antialias=True):
         self.arrays = dict(arrays)
         self.grid = None if grid is None else tuple(int(v) for v in np.ravel(grid))
         self.timm_table = bool(timm_table)
+        self.antialias = bool(antialias)
 
     def __getitem__(self, name):
         return self.arrays[name]
@@ -131,13 +133,14 @@ def canonical_google(arrays):
     return Checkpoint(out, grid=out.pop(GRID, None))
 
 
-def add_class_position(checkpoint):
-    """Give the class token a zero position row (big_vision, timm's no_embed_class).
+def add_class_position(checkpoint, rows=1):
+    """Give the class token (and a distillation token: ``rows`` 2) a zero position row (big_vision, timm's
+    no_embed_class).
 
     Those models never add a position to the class token, so prepending a zero row to
     the (1, N, D) table gives our (1, N+1, D) table the same function.
     """
     pos = checkpoint.get(POS)
     if "cls" in checkpoint and pos is not None and pos.ndim == 3:
-        checkpoint[POS] = np.concatenate([np.zeros_like(pos[:, :1]), pos], axis=1)
+        checkpoint[POS] = np.concatenate([np.zeros_like(pos[:, :rows]), pos], axis=1)
     return checkpoint

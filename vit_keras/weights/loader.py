@@ -42,7 +42,7 @@ from vit_keras.weights.fetch import resolve
 from vit_keras.weights.google import GRID, PICKLE_HINT, POS, Checkpoint, add_class_position, canonical_google, read_npz
 from vit_keras.weights.keras_hub import canonical_keras_hub
 from vit_keras.weights.normalization import checkpoint_normalization  # noqa: F401  (public here, beside load_weights)
-from vit_keras.weights.torch import canonical_torch, read_safetensors
+from vit_keras.weights.torch import DISTILLATION, LAYER_SCALE, REGISTERS, canonical_torch, read_safetensors
 
 log = logging.getLogger("vit_keras.weights.loader")
 
@@ -114,6 +114,10 @@ def model_slots(model):
     slots += [Slot(["embedding/kernel"], emb.kernel), Slot(["embedding/bias"], emb.bias)]
     if emb.class_token:
         slots.append(Slot(["cls"], emb.cls))
+    if emb.distillation_token:
+        slots.append(Slot([DISTILLATION], emb.dist))
+    if emb.register_tokens:
+        slots.append(Slot([REGISTERS], emb.registers))
     if emb.position_embedding == "learned":
         slots.append(Slot([POS], emb.pos_embedding))
     elif emb.position_embedding == "learned_2d":
@@ -125,6 +129,8 @@ def model_slots(model):
         slots += _attention_slots(prefix + "MultiHeadDotProductAttention_1/", block.attn)
         slots += _norm(prefix + "LayerNorm_2", block.norm2)
         slots += _dense(prefix + "MlpBlock_3/Dense_0", block.fc1) + _dense(prefix + "MlpBlock_3/Dense_1", block.fc2)
+        if block.layer_scale is not None:
+            slots += [Slot([prefix + LAYER_SCALE.format(k)], getattr(block, f"gamma_{k}")) for k in (1, 2)]
     slots += _norm("Transformer/encoder_norm", model.encoder_norm)
     if model.pooling_layer.score is not None:  # our name: Google's layout has no sequence pooling
         slots += _dense(SEQUENCE_POOL, model.pooling_layer.score)
@@ -199,7 +205,7 @@ def _adapt(model, arrays, expected, checkpoint):
     """Apply the allowed differences (head, pre_logits, image size, grey input) to ``arrays`` in place."""
     _skip_head(arrays, expected)
     _skip_our_additions(arrays, expected)
-    _resample_position(model, arrays, expected, checkpoint.grid, checkpoint.timm_table)
+    _resample_position(model, arrays, expected, checkpoint)
     _sum_rgb_kernel(model, arrays, expected)
 
 
@@ -241,13 +247,15 @@ def _skip_head(checkpoint, expected):
             checkpoint.pop(name, None)
 
 
-def _resample_position(model, checkpoint, expected, old_grid=None, timm_table=False):
-    """Fit the checkpoint's position embedding to the model's patch grid.
+def _resample_position(model, checkpoint, expected, source):
+    """Fit the checkpoint's position embedding to the model's patch grid, as its library would (``source``: the
+    ``Checkpoint`` the arrays came from).
 
-    ``old_grid`` is recorded by ``save_npz``. Other files carry only a (1, R, D) table; its class-token row and
-    grid are inferred by ``table_layout``. ``timm_table``: a timm table, which has no class row when the
-    model was made with ``no_embed_class`` (a zero row is then added: the class token had no position).
+    The grid is recorded by ``save_npz``. Other files carry only a (1, R, D) table; its class-token row and
+    grid are inferred by ``table_layout``. A timm table has no class row when the model was made with
+    ``no_embed_class`` (a zero row is then added: the class token had no position).
     """
+    old_grid, timm_table = source.grid, source.timm_table
     emb = model.patch_encoder
     new_grid = tuple(emb.grid_size)
     for name, axis in ((POS_ROW, 0), (POS_COL, 1)):  # learned_2d: one table per axis, its length is its grid
@@ -257,19 +265,19 @@ def _resample_position(model, checkpoint, expected, old_grid=None, timm_table=Fa
     pos, want = checkpoint.get(POS), expected.get(POS)
     if pos is None or want is None or pos.ndim != 3 or pos.shape[2] != want.shape[2]:
         return
-    class_row = emb.class_token and "cls" in checkpoint
+    prefix_rows = emb.positioned_prefix if "cls" in checkpoint else 0  # the class (and distillation) token's
     if old_grid is not None:
-        has_row = class_row
+        has_rows = prefix_rows
     else:
-        layout = table_layout(pos.shape[1], class_row, want.shape[1], new_grid, timm_table)
+        layout = table_layout(pos.shape[1], prefix_rows, want.shape[1], new_grid, timm_table)
         if layout is None:
             return  # reported as a shape mismatch, with a hint
-        has_row, old_grid = layout
-    if class_row and not has_row:
-        add_class_position(checkpoint)
+        has_rows, old_grid = layout
+    if prefix_rows and not has_rows:
+        add_class_position(checkpoint, prefix_rows)
         pos = checkpoint[POS]
-    if old_grid != new_grid and pos.shape[1] == int(class_row) + old_grid[0] * old_grid[1]:
-        checkpoint[POS] = resize_position_embedding(pos, new_grid, old_grid, int(class_row))
+    if old_grid != new_grid and pos.shape[1] == prefix_rows + old_grid[0] * old_grid[1]:
+        checkpoint[POS] = resize_position_embedding(pos, new_grid, old_grid, prefix_rows, source.antialias)
         log.info("Resampled the position embedding from a %dx%d grid to %dx%d.", *old_grid, *new_grid)
 
 
