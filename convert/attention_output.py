@@ -32,7 +32,7 @@ def rollout_graph(model, maps, token_weights=None):
     last op, which the converter renames after the output)."""
     encoder = model.patch_encoder
     pooling = model.pooling_layer.pooling
-    prefix, gap = int(bool(encoder.class_token)), pooling == "gap"
+    prefix, gap = encoder.prefix_tokens, pooling == "gap"
     tokens = maps[0][0].shape[-1]
     row = None
     if pooling == "sequence":  # the readout row over all T tokens: the weights, zero at a class token

@@ -216,10 +216,16 @@ def patch_embedding(layer, x, pixel_affine=None, column_scale=None):
     x = tf.reshape(x, (-1, layer.num_patches, layer.hidden_size))
     with tf.init_scope():
         table = layer.position_table()
-    table = np.zeros((1, layer.num_tokens, layer.hidden_size), "float32") if table is None else numpy(table)
-    if layer.class_token:
-        x = tf.pad(x, [[0, 0], [1, 0], [0, 0]])
-        table = np.concatenate([table[:, :1] + numpy(layer.cls), table[:, 1:]], axis=1)
+    rows = layer.num_tokens - layer.register_tokens
+    table = np.zeros((1, rows, layer.hidden_size), "float32") if table is None else numpy(table)
+    k = layer.positioned_prefix
+    if layer.prefix_tokens:  # the class, distillation and register tokens are constants: rows of the table
+        tokens = [numpy(layer.cls)] if layer.class_token else []
+        tokens += [numpy(layer.dist)] if layer.distillation_token else []
+        prefix = table[:, :k] + np.concatenate(tokens, axis=1) if k else table[:, :0]
+        registers = numpy(layer.registers) if layer.register_tokens else table[:, :0]
+        x = tf.pad(x, [[0, 0], [layer.prefix_tokens, 0], [0, 0]])
+        table = np.concatenate([prefix, registers, table[:, k:]], axis=1)
     if column_scale is not None:
         x, table = x * column_scale, table * column_scale
     return tf.add(x, table, name=POSITION_ADD)
@@ -261,8 +267,9 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
         observe_norm(block.norm1, normed)
     mask = FLOAT_MASK if variances is None else INTEGER_MASK
     stream_scale = None if variances is None else variances.stream_scale()
+    gamma_1, gamma_2 = layer_scales(block)  # LayerScale, folded into the out projection's and fc2's columns
     y = attention(block.attn, normed, block.query_tokens, scales, observe, row_scale=smooth1, maps=maps, mask=mask,
-                  out_scale=stream_scale)
+                  out_scale=scaled_columns(stream_scale, gamma_1))
     z = tf.add(token_slice(z, 0, block.query_tokens) if block.query_tokens else z, y, name=RESIDUAL)
     normed = layer_norm(block.norm2, z, smooth2, variances)
     if observe_norm is not None:
@@ -270,7 +277,8 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
     if variances is not None:
         variances.observe_stream(z)
         fc1, fc2 = ((layer, numpy(layer.kernel), numpy(layer.bias)) for layer in (block.fc1, block.fc2))
-        y = integer_graph.mlp(normed, fc1, fc2, block.gelu_approximate, variances, stream_scale)
+        y = integer_graph.mlp(normed, fc1, fc2, block.gelu_approximate, variances, scaled_columns(stream_scale,
+                                                                                                  gamma_2))
         z = tf.add(z, y, name=RESIDUAL)
         variances.observe_stream(z)
         return z
@@ -278,12 +286,27 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
     hidden = tf.nn.gelu(dense(block.fc1, normed, MLP_IN, kernel=fc1_kernel), approximate=block.gelu_approximate)
     if observe_norm is not None:
         observe_norm(block.fc2, hidden)
-    fc2_kernel = None
+    fc2_kernel, fc2_bias = numpy(block.fc2.kernel), numpy(block.fc2.bias)
     if smooth3 is not None:  # a (1, 1, D) constant: the converter folds a 1-D one into the next layer's kernel
         hidden = tf.multiply(hidden, tf.constant((1 / smooth3).reshape(1, 1, -1)), name="gelu_smooth")
-        fc2_kernel = numpy(block.fc2.kernel) * smooth3[:, None]
+        fc2_kernel = fc2_kernel * smooth3[:, None]
+    if gamma_2 is not None:
+        fc2_kernel, fc2_bias = fc2_kernel * gamma_2, fc2_bias * gamma_2
     # named: int8 keeps the residual stream in float
-    return tf.add(z, dense(block.fc2, hidden, MLP_OUT, kernel=fc2_kernel), name=RESIDUAL)
+    return tf.add(z, dense(block.fc2, hidden, MLP_OUT, kernel=fc2_kernel, bias=fc2_bias), name=RESIDUAL)
+
+
+def layer_scales(block):
+    """A block's LayerScale vectors (gamma_1, gamma_2), or (None, None) without LayerScale."""
+    if block.layer_scale is None:
+        return None, None
+    return numpy(block.gamma_1), numpy(block.gamma_2)
+
+
+def scaled_columns(*factors):
+    """The product of the (D,) column factors given (None: none), or None where there are none."""
+    present = [f for f in factors if f is not None]
+    return None if not present else np.prod(present, axis=0).astype("float32")
 
 
 def takes_raw_pixels(model, quantize):
@@ -350,12 +373,14 @@ def readout(pool, x, token_weights=None):
     """Eq. 4's readout (vit_keras.models.readout.TokenPooling) of the normalized tokens (B, T, D): (B, D).
     token_weights: a list that gets sequence pooling's weights over the patch tokens appended, (B, 1, N)."""
     width = x.shape[-1]
-    if pool.pooling == "token":
-        return tf.reshape(x, (-1, width))  # (B, 1, D) -> (B, D): a RESHAPE, not a STRIDED_SLICE
-    if pool.class_token:
-        x = token_slice(x, 1)
-    if pool.pooling == "gap":
-        return tf.reduce_mean(x, axis=1)
+    if pool.pooling == "token":  # (B, 1, D) -> (B, D), or a distilled model's (B, 2, D) -> (B, 2D): a RESHAPE
+        return tf.reshape(x, (-1, pool.width(width)))
+    first = tf.reshape(token_slice(x, 0, 1), (-1, width)) if pool.pooling == "token_gap" else None
+    if pool.prefix_tokens:
+        x = token_slice(x, pool.prefix_tokens)
+    if pool.pooling in ("gap", "token_gap"):
+        mean = tf.reduce_mean(x, axis=1)
+        return mean if first is None else tf.concat([first, mean], axis=-1)
     tokens = x.shape[1]  # sequence pooling: softmax(z w + b)^T z, as one BATCH_MATMUL
     weights = tf.nn.softmax(tf.reshape(dense(pool.score, x, SEQUENCE_POOL), (-1, 1, tokens)), axis=-1)
     if token_weights is not None:

@@ -58,3 +58,57 @@ class WeightServer:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class HubServer:
+    """A Hugging Face Hub stand-in on 127.0.0.1, in a thread: ``GET`` and ``HEAD`` of
+    ``/ORG/NAME/resolve/REVISION/FILE`` serve ``root/ORG/NAME/FILE`` with the headers huggingface_hub reads
+    (X-Repo-Commit, ETag, Content-Length); a missing file is a 404 with ``X-Error-Code: EntryNotFound``, as the
+    Hub answers. Every request's method and path are recorded."""
+
+    COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+    def __init__(self, root):
+        import hashlib
+
+        self.root, self.requests = root, []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self, body):
+                outer.requests.append((self.command, self.path))
+                match = re.fullmatch(r"/([^/]+)/([^/]+)/resolve/([^/]+)/(.+)", self.path.split("?")[0])
+                file = match and os.path.join(outer.root, match.group(1), match.group(2), match.group(4))
+                if not file or not os.path.isfile(file):
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "EntryNotFound")
+                    self.send_header("X-Error-Message", "Entry not found")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                with open(file, "rb") as f:
+                    data = f.read()
+                self.send_response(200)
+                self.send_header("X-Repo-Commit", outer.COMMIT)
+                self.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
+
+            def do_GET(self):
+                self.answer(True)
+
+            def do_HEAD(self):
+                self.answer(False)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -7,9 +7,8 @@ import os
 from vit_keras.models.configs import MODELS, model_config
 from vit_keras.models.normalization import CHECKPOINT, check_normalization
 from vit_keras.models.vision_transformer import VIT_KEYWORDS, VisionTransformer
-from vit_keras.files import read_json
 from vit_keras.validation import check_keywords
-from vit_keras.weights.describe import describe, described_arguments
+from vit_keras.weights.describe import describe, described_arguments, is_described_folder
 from vit_keras.weights.hub import hub_folder, is_hub_name
 from vit_keras.weights.loader import load_weights
 from vit_keras.weights.normalization import recorded_normalization
@@ -77,14 +76,6 @@ def create_model(
     if weights is not None:
         load_weights(model, weights)
     return model
-
-
-def is_described_folder(weights):
-    """Whether ``weights`` is a Hugging Face or timm folder, whose config.json describes the model."""
-    if not isinstance(weights, (str, os.PathLike)) or not os.path.isdir(weights):
-        return False
-    config = read_json(os.path.join(weights, "config.json")) or {}
-    return "model_type" in config or "architecture" in config
 
 
 def from_pretrained(source, include_preprocessing=True, cache_dir=None, **overrides):

@@ -17,7 +17,9 @@ from vit_keras.training.backends import check_strategy
 from vit_keras.training.memory import accumulation_steps
 from vit_keras.training.plan import parse_every
 from vit_keras.validation import check_choice, pair
-from vit_keras.weights.keras_hub import is_keras_hub_folder, keras_hub_arguments
+from vit_keras.weights.describe import describe, is_described_folder
+from vit_keras.weights.hub import hub_folder, is_hub_name
+from vit_keras.weights.keras_hub import is_keras_hub_folder
 from vit_keras.weights.presets import check_architecture, find_preset, nearest_presets
 
 RECIPES = RECIPE_TABLES  # the recipes' tables (vit_keras.constants: the CLI's help states their values)
@@ -32,8 +34,10 @@ RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "optimizer", "weight_dec
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate", "distill")
 VERBOSITIES = ("auto", 0, 1, 2)  # model.fit's
-# What a keras-hub preset folder's config.json gives a run's model (``weights.keras_hub.keras_hub_arguments``).
-KERAS_HUB_SHAPE = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_layers", "norm_epsilon")
+# What a checkpoint folder's config gives a run's model (``weights.describe``); the rest (pooling, normalization)
+# create_model reads from the folder itself.
+FOLDER_SHAPE = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_layers", "norm_epsilon", "gelu_approximate",
+                "class_token", "distillation_token", "register_tokens", "layer_scale")
 
 
 def scaled_learning_rate(base_lr, batch_size, base_batch_size=BASE_BATCH_SIZE):
@@ -219,8 +223,10 @@ class TrainConfig:
         if preset is not None:  # the preset brings its model: another name or architecture is refused
             check_architecture(preset, self.model_name, self.model_overrides or {})
             object.__setattr__(self, "model_name", preset.model)
-        elif self.model_name is None and os.path.isdir(str(self.weights)) and is_keras_hub_folder(self.weights):
-            shape = {key: value for key, value in keras_hub_arguments(self.weights).items() if key in KERAS_HUB_SHAPE}
+        elif self.model_name is None and (is_hub_name(self.weights) or is_keras_hub_folder(str(self.weights))
+                                          or is_described_folder(self.weights)):
+            folder = hub_folder(self.weights) if is_hub_name(self.weights) else self.weights
+            shape = {key: value for key, value in describe(folder).arguments.items() if key in FOLDER_SHAPE}
             object.__setattr__(self, "model_name", "vit_b16")  # a named model, its shape the folder's config
             object.__setattr__(self, "model_overrides", {**shape, **(self.model_overrides or {})})
         if self.model_name is not None:

@@ -76,6 +76,14 @@ def describe(folder):
     raise ValueError(f"{config_path}: neither a Hugging Face config (`model_type`) nor a timm one (`architecture`).")
 
 
+def is_described_folder(weights):
+    """Whether ``weights`` is a Hugging Face or timm folder, whose config.json describes the model."""
+    if not isinstance(weights, (str, os.PathLike)) or not os.path.isdir(weights):
+        return False
+    config = read_json(os.path.join(weights, TIMM_CONFIG)) or {}
+    return "model_type" in config or "architecture" in config
+
+
 def tensor_shapes(path):
     """{name: shape} of a .safetensors file, from its header alone."""
     from safetensors import safe_open

@@ -33,15 +33,15 @@ def hub_folder(name, cache_dir=None):
     for filename in NEEDED + OPTIONAL:
         try:
             paths.append(huggingface_hub.hf_hub_download(repo, filename, revision=revision, cache_dir=cache_dir))
-        except EntryNotFoundError:
-            if filename in NEEDED:
-                raise FileNotFoundError(f"{name}: the repository has no {filename}; a ViT folder needs "
-                                        f"{' and '.join(NEEDED)}.") from None
         except LocalEntryNotFoundError as error:
             if filename in NEEDED:
                 raise FileNotFoundError(f"{name}: {filename} is not in the huggingface_hub cache and the hub can't "
                                         f"be reached ({error}). Download it once online, or pass the folder.") \
                     from None
+        except EntryNotFoundError:
+            if filename in NEEDED:
+                raise FileNotFoundError(f"{name}: the repository has no {filename}; a ViT folder needs "
+                                        f"{' and '.join(NEEDED)}.") from None
         except HfHubHTTPError as error:
             status = getattr(error.response, "status_code", None)
             if status == 404 and filename in OPTIONAL:
