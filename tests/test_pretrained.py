@@ -159,3 +159,27 @@ def test_a_hub_name_downloads_through_huggingface_hubs_cache_once(tmp_path):
         assert missing.returncode != 0 and "hf://google/no-such-model" in missing.stderr
     finally:
         server.close()
+
+
+def test_train_fine_tunes_a_folder_keeping_its_variant_and_normalization(tmp_path):
+    """`vit-keras train --weights FOLDER` with no other model flag: the folder's architecture (registers,
+    LayerScale, the [cls; mean] readout), and its per-channel normalization folded exactly into a grey model."""
+    from vit_keras.training import train
+
+    with pytest.warns(UserWarning, match="summing the RGB patch-embedding kernel"):
+        record = train.train("fashion_mnist", str(tmp_path), weights=folder("hf_dinov2_registers"), limit=128,
+                             epochs=1, batch_size=64, image_size=32, jit_compile=False, verbose=0, tensorboard=False)
+    vit = record["vit"]
+    assert (vit["hidden_size"], vit["pooling"], vit["register_tokens"], vit["layer_scale"]) == (32, "token_gap", 4,
+                                                                                                 0.5)
+    assert vit["pixel_mean"] == pytest.approx([np.mean([0.485, 0.456, 0.406])]) and vit["channels"] == 1
+
+
+def test_a_grey_model_from_an_rgb_folder_is_exact_on_grey_images():
+    import vit_keras
+
+    rgb = vit_keras.from_pretrained(folder("timm_deit3"))
+    grey = vit_keras.from_pretrained(folder("timm_deit3"), channels=1)
+    images = cases.pixels(32, 0)[..., :1]
+    np.testing.assert_allclose(grey.predict(images, verbose=0), rgb.predict(np.repeat(images, 3, -1), verbose=0),
+                               atol=1e-5)

@@ -15,6 +15,8 @@ import dataclasses
 import os
 import re
 
+import numpy as np
+
 from vit_keras.files import read_json
 from vit_keras.weights.keras_hub import is_keras_hub_folder, keras_hub_arguments
 from vit_keras.weights.normalization import TIMM_CONFIG, checkpoint_normalization
@@ -217,7 +219,10 @@ def described_arguments(description, arguments, named=False):
         if not (named and key in ARCHITECTURE_KEYS) and filled.get(key) is None:
             filled[key] = value
     if description.normalization and filled.get("pixel_mean") is None and filled.get("pixel_std") is None:
-        filled["pixel_mean"], filled["pixel_std"] = (list(v) for v in description.normalization)
+        mean, std = (list(v) for v in description.normalization)
+        if filled.get("channels") == 1 and len(mean) == 3:  # grey from RGB: the loader folds the per-channel part
+            mean, std = [float(np.mean(mean))], [float(np.mean(std))]
+        filled["pixel_mean"], filled["pixel_std"] = mean, std
     own_head = filled.get("include_top", True) and filled.get("num_classes") == description.arguments.get(
         "num_classes")
     if own_head and description.class_names and filled.get("class_names") is None:

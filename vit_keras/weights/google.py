@@ -51,10 +51,12 @@ class Checkpoint(collections.abc.Mapping):
 
     grid: the patch grid (rows, cols) the file records, or None (then the loader infers it from the table);
     timm_table: the table is timm's, which has no class-token row when the model was made with no_embed_class;
-    antialias: whether its library resamples the table antialiased (timm, ours) or not (Hugging Face).
+    antialias: whether its library resamples the table antialiased (timm, ours) or not (Hugging Face);
+    normalization: the (mean, std) its folder records, or None.
     """
 
     def __init__(self, arrays, grid=None, timm_table=False, antialias=True):
+        self.normalization = None  # (mean, std) its folder records, where the loader found one
         self.arrays = dict(arrays)
         self.grid = None if grid is None else tuple(int(v) for v in np.ravel(grid))
         self.timm_table = bool(timm_table)

@@ -35,6 +35,7 @@ import numpy as np
 from keras import ops
 
 from vit_keras.models import stems
+from vit_keras.models.normalization import pixel_normalization
 from vit_keras.files import atomic_path
 from vit_keras.models.vision_transformer import VisionTransformer
 from vit_keras.models.position import resize_axis_embedding, resize_position_embedding, table_layout
@@ -185,6 +186,7 @@ def load_weights(model, weights, cache_dir=None, sha256=None):
     model_slots(model)  # fail on a wrong `model` before any download
     path = resolve(weights, cache_dir=cache_dir, sha256=sha256)
     checkpoint = read_checkpoint(path, model.blocks[0].num_heads)
+    checkpoint.normalization = checkpoint_normalization(path)
     plan = plan_assignment(model, checkpoint, source=path)
     for variable, value in plan:
         variable.assign(value)
@@ -206,7 +208,7 @@ def _adapt(model, arrays, expected, checkpoint):
     _skip_head(arrays, expected)
     _skip_our_additions(arrays, expected)
     _resample_position(model, arrays, expected, checkpoint)
-    _sum_rgb_kernel(model, arrays, expected)
+    _sum_rgb_kernel(model, arrays, expected, checkpoint.normalization)
 
 
 def _skip_our_additions(checkpoint, expected):
@@ -281,14 +283,26 @@ def _resample_position(model, checkpoint, expected, source):
         log.info("Resampled the position embedding from a %dx%d grid to %dx%d.", *old_grid, *new_grid)
 
 
-def _sum_rgb_kernel(model, checkpoint, expected):
+def _sum_rgb_kernel(model, checkpoint, expected, normalization=None):
+    """A 1-channel model from an RGB patch embedding: exact for grey images (R = G = B). Where the checkpoint's
+    folder records a per-channel normalization (m_c, s_c), the kernel and bias take it and the model's own (m, s):
+    K' = s * sum_c K_c / s_c, b' = b - sum(K_c m_c / s_c) + sum(K' m / s), over the kernel's pixels."""
     kernel, want = checkpoint.get("embedding/kernel"), expected.get("embedding/kernel")
     if kernel is None or want is None or model.stem is not None:
         return
     if kernel.ndim == 4 and kernel.shape[2] == 3 and want.shape[2] == 1 \
             and kernel.shape[:2] + kernel.shape[3:] == want.shape[:2] + want.shape[3:]:
         _warn("The model takes 1-channel images: summing the RGB patch-embedding kernel over channels.")
-        checkpoint["embedding/kernel"] = kernel.sum(axis=2, keepdims=True)
+        if normalization is None or len(normalization[0]) != 3 or "embedding/bias" not in checkpoint:
+            checkpoint["embedding/kernel"] = kernel.sum(axis=2, keepdims=True)
+            return
+        (means, stds), (mean,), (std,) = normalization, *(v / 255.0 for v in pixel_normalization(model.vit_config))
+        per_channel = kernel.astype("float64") / np.asarray(stds)[None, None, :, None]
+        folded = std * per_channel.sum(axis=2, keepdims=True)
+        shift = (per_channel * np.asarray(means)[None, None, :, None]).sum(axis=(0, 1, 2))
+        checkpoint["embedding/kernel"] = folded.astype("float32")
+        checkpoint["embedding/bias"] = (checkpoint["embedding/bias"] - shift
+                                        + folded.sum(axis=(0, 1, 2)) * mean / std).astype("float32")
 
 
 def _block_count(names):
