@@ -13,12 +13,14 @@ from .node_names import ROLLOUT_ADD
 
 
 
-def readout_row(weights, prefix, gap):
-    """The row of one head's attention (B, queries, T) that the prediction reads: the class token's, or under
-    GAP the mean of the patch tokens' rows. (B, 1, T)."""
-    if gap:
-        return tf.reduce_mean(token_slice(weights, prefix), axis=1, keepdims=True)
-    return weights if weights.shape[1] == 1 else token_slice(weights, 0, 1)
+def readout_row(weights, prefix, pooling):
+    """The row of one head's attention (B, queries, T) that the prediction reads: the class token's, under
+    GAP the mean of the patch tokens' rows, under token_gap the mean of those two. (B, 1, T)."""
+    mean = tf.reduce_mean(token_slice(weights, prefix), axis=1, keepdims=True) if pooling != "token" else None
+    if pooling == "gap":
+        return mean
+    first = weights if weights.shape[1] == 1 else token_slice(weights, 0, 1)
+    return first if mean is None else (first + mean) * 0.5
 
 
 def rollout_graph(model, maps, token_weights=None):
@@ -32,7 +34,7 @@ def rollout_graph(model, maps, token_weights=None):
     last op, which the converter renames after the output)."""
     encoder = model.patch_encoder
     pooling = model.pooling_layer.pooling
-    prefix, gap = encoder.prefix_tokens, pooling == "gap"
+    prefix = encoder.prefix_tokens
     tokens = maps[0][0].shape[-1]
     row = None
     if pooling == "sequence":  # the readout row over all T tokens: the weights, zero at a class token
@@ -40,12 +42,13 @@ def rollout_graph(model, maps, token_weights=None):
         if prefix:
             row = tf.matmul(row, tf.constant(np.eye(tokens, dtype="float32")[prefix:]))
     start = np.zeros((1, 1, tokens), "float32")  # the identity's part of the first row
-    if gap:
-        start[..., prefix:] = 1.0 / (tokens - prefix)
-    else:
-        start[..., 0] = 1.0
+    share = 0.5 if pooling == "token_gap" else 1.0  # token_gap reads both rows, each at half
+    if pooling in ("gap", "token_gap"):
+        start[..., prefix:] = share / (tokens - prefix)
+    if pooling != "gap":
+        start[..., 0] += share
     for heads in reversed(maps):
-        parts = [readout_row(w, prefix, gap) for w in heads] if row is None else [tf.matmul(row, w) for w in heads]
+        parts = [readout_row(w, prefix, pooling) for w in heads] if row is None else [tf.matmul(row, w) for w in heads]
         total = parts[0]
         for part in parts[1:]:
             total = tf.add(total, part, name=ROLLOUT_ADD)

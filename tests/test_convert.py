@@ -10,6 +10,7 @@ import vit_keras  # noqa: F401  (registers the layers before keras loads a model
 import keras
 
 from app_models import train_fashion_run
+from tflite_outputs import device_attention
 from vit_keras.constants import QUANTIZATIONS as MODES
 from vit_keras.convert import export as tflite_export
 from vit_keras.convert import tflite
@@ -590,25 +591,6 @@ def attention_export(model, path, mode, calibration=None):
     tflite_export.export_tflite(model, path, quantize=mode, labels=LABELS, attention_output=True,
                                 calibration=calibration, calibration_size=200)
     return path
-
-
-def device_attention(path, images):
-    """The attention output of an exported file for uint8 images (N, H, W, 1), run by LiteRT: (N, gh, gw)."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    from vit_keras.convert.runtime import model_input, prepare
-
-    interpreter = Interpreter(model_path=str(path))
-    interpreter.allocate_tensors()
-    dtype, _, norm = model_input(path)
-    scores, attention = interpreter.get_output_details()  # the scores first, as classifiers read them
-    assert list(scores["shape"]) == [1, 10]
-    maps = []
-    for image in prepare(images, dtype, norm):
-        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], image[None])
-        interpreter.invoke()
-        maps.append(interpreter.get_tensor(attention["index"])[0])
-    return np.stack(maps)
 
 
 def test_attention_output_equals_the_keras_rollout(run_dir, fashion, tmp_path):

@@ -183,3 +183,19 @@ def test_a_grey_model_from_an_rgb_folder_is_exact_on_grey_images():
     images = cases.pixels(32, 0)[..., :1]
     np.testing.assert_allclose(grey.predict(images, verbose=0), rgb.predict(np.repeat(images, 3, -1), verbose=0),
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["hf_dinov2_registers", "timm_deit_distilled"])
+def test_the_attention_output_of_a_variant_equals_the_keras_rollout(case, tmp_path):
+    """Registers and a distillation token are skipped as the class token is; token_gap reads the class row and
+    the patch rows' mean at half each, as visualize.attention_heatmap does."""
+    import vit_keras
+    from tflite_outputs import device_attention
+    from vit_keras import visualize
+    from vit_keras.convert.export import export_tflite
+
+    model = vit_keras.from_pretrained(folder(case))
+    images = cases.pixels(cases.CASES[case]["image_size"], 2)
+    export_tflite(model, tmp_path / "a.tflite", quantize="float32", attention_output=True)
+    np.testing.assert_allclose(device_attention(tmp_path / "a.tflite", images, classes=4),
+                               visualize.attention_heatmap(model, images), atol=1e-5)
