@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from vit_keras import locks
 from vit_keras.constants import DEFAULT_CALIBRATION_IMAGES, EXPORT_TARGETS, MIN_CALIBRATION_IMAGES, QUANTIZATIONS
 from vit_keras.files import DiskFull, write_bytes
 from vit_keras.models.normalization import pixel_normalization
@@ -181,43 +182,46 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     check_export_options(quantize, metadata_fields, calibration_size, float_ops, min_agreement, attention_output,
                          ranges, int8_activations, target, dynamic_batch)
     out = check_output_path(out)
-    beside = None
-    if isinstance(model, (str, os.PathLike)):
-        beside = os.path.join(os.path.dirname(os.path.abspath(model)), "labels.txt")
-        model = load_vit(model)
-    else:
-        check_vit(model)
-    if labels is None:
-        labels = model.class_names or beside
-    if labels is None:
-        raise ValueError("`labels` is required when exporting an in-memory model whose `class_names` are unset.")
-    if isinstance(labels, (str, os.PathLike)):
-        labels = read_labels_file(os.fspath(labels))
-    weight_bytes = model.count_params() * BYTES_PER_WEIGHT[quantize]
-    if weight_bytes >= FLATBUFFER_LIMIT:
-        raise ValueError(f"`quantize`={quantize!r} gives {model.count_params():,} weights of {weight_bytes / 2**30:.1f} "
-                         "GiB, over the 2 GiB a .tflite flatbuffer holds; use float16, dynamic or int8.")
-    num_classes = model.vit_config["num_classes"]
-    if len(labels) != num_classes:
-        raise ValueError(f"`labels` has {len(labels)} names but the model has {num_classes} classes.")
-    plan = ExportPlan.resolve(model, quantize, calibration, calibration_size, dynamic_batch, float_ops,
-                              attention_output, ranges, int8_activations, target, min_agreement)
-    sweep = None
-    if min_agreement is not None:
-        model_bytes, sweep = convert_fewest_float_ops(model, plan.calibration, dynamic_batch, min_agreement,
-                                                      plan.ranges)
-    else:
-        model_bytes = convert_plan(model, plan)
-    detail = check_litert_runs(model_bytes, quantize)
-    meta = classifier_metadata(model, labels, quantize, detail["dtype"], **metadata_fields)
-    files = {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"}
-    if attention_output:
-        meta["subgraph_metadata"][0]["output_tensor_metadata"].append(attention_metadata(model))
-        files[ATTENTION_LABELS] = "\n".join(attention_labels(model)).encode("utf-8") + b"\n"
-    runtime = required_runtime(model_bytes)  # recorded as the model's "min_runtime_version" where known
-    data = tflite_metadata.populate(model_bytes, meta, files, min_runtime_version=runtime["version"])
-    write_atomic(out, data)
-    return {"path": out, "quantize": quantize, "bytes": len(data), "input_dtype": np.dtype(detail["dtype"]).name,
-            "input_shape": [int(v) for v in detail["shape_signature"]], "input_quantization": detail["quantization"],
-            "labels": len(labels), "min_runtime_version": runtime["version"], "runtime": describe_runtime(runtime),
-            **({"sweep": sweep} if sweep is not None else {})}
+    with locks.hold(os.path.dirname(out), "export", lock_name=f".{os.path.basename(out)}.lock"):  # one writer
+        beside = None
+        if isinstance(model, (str, os.PathLike)):
+            beside = os.path.join(os.path.dirname(os.path.abspath(model)), "labels.txt")
+            model = load_vit(model)
+        else:
+            check_vit(model)
+        if labels is None:
+            labels = model.class_names or beside
+        if labels is None:
+            raise ValueError("`labels` is required when exporting an in-memory model whose `class_names` are unset.")
+        if isinstance(labels, (str, os.PathLike)):
+            labels = read_labels_file(os.fspath(labels))
+        weight_bytes = model.count_params() * BYTES_PER_WEIGHT[quantize]
+        if weight_bytes >= FLATBUFFER_LIMIT:
+            raise ValueError(f"`quantize`={quantize!r} gives {model.count_params():,} weights of "
+                             f"{weight_bytes / 2**30:.1f} "
+                             "GiB, over the 2 GiB a .tflite flatbuffer holds; use float16, dynamic or int8.")
+        num_classes = model.vit_config["num_classes"]
+        if len(labels) != num_classes:
+            raise ValueError(f"`labels` has {len(labels)} names but the model has {num_classes} classes.")
+        plan = ExportPlan.resolve(model, quantize, calibration, calibration_size, dynamic_batch, float_ops,
+                                  attention_output, ranges, int8_activations, target, min_agreement)
+        sweep = None
+        if min_agreement is not None:
+            model_bytes, sweep = convert_fewest_float_ops(model, plan.calibration, dynamic_batch, min_agreement,
+                                                          plan.ranges)
+        else:
+            model_bytes = convert_plan(model, plan)
+        detail = check_litert_runs(model_bytes, quantize)
+        meta = classifier_metadata(model, labels, quantize, detail["dtype"], **metadata_fields)
+        files = {"labels.txt": "\n".join(labels).encode("utf-8") + b"\n"}
+        if attention_output:
+            meta["subgraph_metadata"][0]["output_tensor_metadata"].append(attention_metadata(model))
+            files[ATTENTION_LABELS] = "\n".join(attention_labels(model)).encode("utf-8") + b"\n"
+        runtime = required_runtime(model_bytes)  # recorded as the model's "min_runtime_version" where known
+        data = tflite_metadata.populate(model_bytes, meta, files, min_runtime_version=runtime["version"])
+        write_atomic(out, data)
+        return {"path": out, "quantize": quantize, "bytes": len(data), "input_dtype": np.dtype(detail["dtype"]).name,
+                "input_shape": [int(v) for v in detail["shape_signature"]],
+                "input_quantization": detail["quantization"],
+                "labels": len(labels), "min_runtime_version": runtime["version"], "runtime": describe_runtime(runtime),
+                **({"sweep": sweep} if sweep is not None else {})}

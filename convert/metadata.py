@@ -29,6 +29,7 @@ RUNTIME_VERSION_NAME = "min_runtime_version"
 RUNTIME_VERSION_BYTES = 16
 METADATA_IDENTIFIER = b"M001"
 MODEL_IDENTIFIER = b"TFL3"
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the associated files' date: the earliest a zip entry records
 
 ENUMS = {
     "AssociatedFileType": ["UNKNOWN", "DESCRIPTIONS", "TENSOR_AXIS_LABELS", "TENSOR_VALUE_LABELS",
@@ -204,8 +205,10 @@ def populate(model_bytes, metadata, associated_files, min_runtime_version=None):
     out.seek(0, io.SEEK_END)
     # Appending to a non-zip file writes a zip whose offsets count from the file start, as MediaPipe reads it.
     with zipfile.ZipFile(out, "a", compression=zipfile.ZIP_STORED) as archive:
-        for name, data in associated_files.items():
-            archive.writestr(name, data)
+        for name, data in associated_files.items():  # a fixed date: the same model exports to the same bytes
+            entry = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, data)
     return out.getvalue()
 
 

@@ -212,7 +212,8 @@ def test_bad_shards_are_clear_errors_before_training(folder, shard_set, tmp_path
     (copy / "shards.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="train-00002.tfrecord is empty"):
         shards.open_shards(str(copy), "train")
-    with pytest.raises(FileExistsError, match="is not an empty folder"):
+    with pytest.raises(ValueError, match=r"holds finished shards with other settings \(image_size: \[10, 12\] -> "
+                                         r"\[10, 10\]"):
         prepare.prepare(f"folder:{folder}", str(shard_set), 10)
     mixed = numbered_folder(tmp_path / "mixed", count=8, split_folders=True)
     (mixed / "test" / "class1").rename(mixed / "test" / "other")

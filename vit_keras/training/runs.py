@@ -17,7 +17,7 @@ import keras
 import numpy as np
 
 from vit_keras import framework
-from vit_keras.files import atomic_path, write_text
+from vit_keras.files import DISK_FULL, DiskFull, atomic_path, disk_full, write_text
 from vit_keras.training.backup import Backup, ResumePoint, resume_point
 
 
@@ -100,7 +100,7 @@ def make_callbacks(out_dir, batch_size, worker=None, backup_every="auto", tensor
         StopOnNonFiniteLoss(checkpoint),
         Throughput(batch_size),
         AtomicCheckpoint(checkpoint),
-        keras.callbacks.CSVLogger(os.path.join(work, "history.csv"), append=True),
+        HistoryLog(os.path.join(work, "history.csv"), append=True),
     ]
     if progress is not None:
         callbacks.append(progress)
@@ -321,3 +321,16 @@ class AtomicCheckpoint(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         save_model(self.model, self.path)
+
+
+class HistoryLog(keras.callbacks.CSVLogger):
+    """Keras's CSV history, appended a row an epoch (``clean_history`` drops a row a kill cut short); a full disk
+    is a ``DiskFull`` naming the file, not a bare [Errno 28]."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        try:
+            super().on_epoch_end(epoch, logs)
+        except OSError as error:
+            if error.errno in DISK_FULL and not isinstance(error, DiskFull):
+                raise disk_full(self.filename, error) from error
+            raise

@@ -20,11 +20,13 @@ every device with ``keras.distribution.DataParallel`` (``vit_keras.training.stra
 TensorFlow and JAX; the torch backend runs eagerly (no torch.compile).
 """
 
+import contextlib
 import dataclasses
 import os
 import time
 import warnings
 
+from vit_keras import locks
 from vit_keras.cpu import cpu_features
 from vit_keras.data import flip_check
 from vit_keras.training import backup, distill, inputs, runs, strategies, warmup
@@ -58,9 +60,17 @@ def train(data, out_dir, overwrite=False, **options):
 
 
 def train_with_config(config, out_dir, overwrite=False):
-    """Train as ``config`` (a ``TrainConfig``) says into ``out_dir``; see ``train``."""
+    """Train as ``config`` (a ``TrainConfig``) says into ``out_dir``, holding it (``vit_keras.locks``: a second
+    writer is refused); see ``train``."""
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
+    chief, _ = worker_role(dist)
+    with locks.hold(out_dir, "train") if chief else contextlib.nullcontext():  # the chief writes the run's files
+        return train_in(config, out_dir, overwrite, dist)
+
+
+def train_in(config, out_dir, overwrite, dist):
+    """``train_with_config``'s run, in the held ``out_dir``."""
     precision, why_not = fast_precision(config.precision, cpu_features(), accelerator_count())
     if why_not:
         warnings.warn(f"`precision`={config.precision!r} would train slower than float32 here: {why_not}; "

@@ -111,7 +111,8 @@ def hugging_face(config, config_path, weights):
     arguments = dict(patch_size=int(config["patch_size"]), hidden_size=hidden,
                      num_heads=int(config["num_attention_heads"]), num_layers=int(config["num_hidden_layers"]),
                      mlp_dim=int(config.get("intermediate_size") or hidden * config.get("mlp_ratio", 4)),
-                     channels=int(config.get("num_channels", 3)), norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+                     channels=int(config.get("num_channels", 3)),
+                     norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
                      gelu_approximate=HF_GELU[act], image_size=int(config.get("image_size", 224)))
     if model_type.startswith("dinov2"):
         arguments.update(layer_scale=float(config.get("layerscale_value", 1.0)),
