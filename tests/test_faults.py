@@ -179,7 +179,7 @@ def test_train_out_of_disk_at_every_file_then_rerun_completes(tmp_path, monkeypa
     assert cli.main(train_args(tmp_path / "count", epochs=1)) == 0
     written = [os.path.basename(path) for path in counter.published]
     monkeypatch.setattr(vit_files, "publish", counter.original)
-    assert written == ["config.json", "labels.txt", "checkpoint.keras", "state-e00001-s000000000.weights.h5",
+    assert written == ["config.json", "labels.txt", "checkpoint.keras", "state-e00001-s000000000.npz",
                        "history.csv", "model.keras", "config.json"]  # an epoch's files, and the run's
     for at in range(1, len(written) + 1):
         out = tmp_path / f"at{at}"
@@ -243,3 +243,21 @@ def test_export_out_of_disk_or_killed_leaves_no_file_and_the_rerun_writes_the_sa
     assert not out.exists()
     export_tflite(small_model, out, quantize="float32")
     assert out.read_bytes() == reference.read_bytes()
+
+
+def test_prepare_on_a_real_full_disk_names_the_shard_and_resumes_elsewhere(photos, reference, tmp_path):
+    """TensorFlow's record writer meets the full disk (ResourceExhaustedError): the error names the shard, and
+    the folder, copied to a disk with room, resumes to an uninterrupted run's files."""
+    import shutil
+
+    from disks import full_disk
+
+    disk = tmp_path / "disk"
+    with full_disk(disk, size="40k") as _:
+        with pytest.raises(DiskFull, match=rf"writing {disk}/shards/train-\d+\.tfrecord failed \(\S+ kB free"):
+            prepare(photos, disk / "shards")
+        shutil.copytree(disk / "shards", tmp_path / "shards")
+    log = []
+    prepare(photos, tmp_path / "shards", log.append)
+    assert folder_bytes(tmp_path / "shards") == reference
+    assert any(" kept " in line for line in log)

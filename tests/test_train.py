@@ -185,12 +185,12 @@ def test_a_kill_anywhere_in_an_epoch_end_resumes_with_every_epoch_logged_once(fa
 
 
 def backup_states(folder):
-    return sorted(path.name for path in (folder / "backup").glob("state-*.weights.h5"))
+    return sorted(path.name for path in (folder / "backup").glob("state-*.npz"))
 
 
 def test_backups_are_whole_files_named_by_their_place_and_only_the_newest_is_kept(fashion, tmp_path):
     fit_run(fashion, tmp_path, epochs=2)
-    assert backup_states(tmp_path) == ["state-e00002-s000000000.weights.h5"], "the backup outlives fit"
+    assert backup_states(tmp_path) == ["state-e00002-s000000000.npz"], "the backup outlives fit"
     assert not [p for p in (tmp_path / "backup").iterdir() if p.name.startswith(".tmp-")]
     (tmp_path / ".worker-1" / "backup").mkdir(parents=True)  # a non-chief task's, kept until the chief is done
     runs.remove_backups(str(tmp_path))
@@ -205,10 +205,10 @@ def test_a_backup_on_a_full_disk_names_it_and_the_newest_one_stays_readable(tmp_
         saver.set_model(model)
         saver.save(1, 0)
         fill()
-        with pytest.raises(OSError, match=r"the disk is full: writing .*state-e00002-s000000000.weights.h5 failed .*"
-                                          r"newest backup, .*state-e00001-s000000000.weights.h5, is intact: rerun"):
+        with pytest.raises(OSError, match=r"the disk is full: writing .*state-e00002-s000000000.npz failed .*"
+                                          r"newest backup, .*state-e00001-s000000000.npz, is intact: rerun"):
             saver.save(2, 0)
-        assert backup_states(tmp_path / "disk") == ["state-e00001-s000000000.weights.h5"]
+        assert backup_states(tmp_path / "disk") == ["state-e00001-s000000000.npz"]
         assert backup.resume_point(model, str(tmp_path / "disk" / "backup")).epoch == 1
 
 
@@ -230,7 +230,8 @@ def test_an_earlier_versions_keras_backup_resumes_or_is_named_when_torn(fashion,
     fit_run(fashion, tmp_path, epochs=1)
     state = tmp_path / "backup" / backup_states(tmp_path)[0]
     latest = tmp_path / "backup" / "latest.weights.h5"
-    state.rename(latest)
+    keras.saving.load_model(tmp_path / "checkpoint.keras").save_weights(latest)  # as BackupAndRestore wrote it
+    state.unlink()
     (tmp_path / "backup" / "training_metadata.json").write_text('{"epoch": 1, "batch": 0}')
     if torn:
         latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
@@ -238,7 +239,7 @@ def test_an_earlier_versions_keras_backup_resumes_or_is_named_when_torn(fashion,
     out = capsys.readouterr().out
     assert (f"backup {latest} is unreadable" in out) == torn
     assert logged_epochs(tmp_path) == ["0", "1"]
-    assert backup_states(tmp_path) == ["state-e00002-s000000000.weights.h5"]
+    assert backup_states(tmp_path) == ["state-e00002-s000000000.npz"]
     assert not latest.exists(), "the new backup supersedes the old version's"
 
 
@@ -259,7 +260,7 @@ def test_a_kill_mid_epoch_resumes_at_the_step_of_the_last_backup(tmp_path, capsy
         patch.setattr(runs, "make_callbacks", lambda *a, **k: original(*a, **k) + [Kill()])
         with pytest.raises(KeyboardInterrupt):
             train.train("fashion_mnist", str(tmp_path), **kw)
-    assert backup_states(tmp_path) == ["state-e00000-s000000003.weights.h5"]
+    assert backup_states(tmp_path) == ["state-e00000-s000000003.npz"]
     capsys.readouterr()
     config = train.train("fashion_mnist", str(tmp_path), **kw)
     out = capsys.readouterr().out

@@ -18,14 +18,20 @@ class DiskFull(OSError):
         return self.strerror  # the message says it all, without "[Errno 28]"
 
 
-def disk_full(path, error):
-    """A ``DiskFull`` for ``error`` (an OSError of ``DISK_FULL``) met writing ``path``: where, how much is free,
-    and what to do."""
+def disk_full(path, error, needed=None):
+    """A ``DiskFull`` for ``error`` (an OSError of ``DISK_FULL``) met writing ``path``: where, how much is free
+    (and how much the file needs, where ``needed`` bytes is known), and what to do."""
     folder = os.path.dirname(os.path.abspath(path))
     free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
-    return DiskFull(error.errno, f"the disk is full: writing {path} failed ({free / 1e6:.1f} MB free in {folder}), "
-                                 "and the file was left as it was. Free some space there, or write to another "
-                                 "folder, then run the command again.")
+    need = f"; it needs about {size_text(needed)}" if needed else ""
+    return DiskFull(error.errno, f"the disk is full: writing {path} failed ({size_text(free)} free in {folder}"
+                                 f"{need}), and the file was left as it was. Free some space there, or write to "
+                                 "another folder, then run the command again.")
+
+
+def size_text(count):
+    """A byte count in words: kB under a tenth of a MB, else MB."""
+    return f"{count / 1e3:.1f} kB" if count < 100_000 else f"{count / 1e6:.1f} MB"
 
 
 def _umask():
@@ -35,12 +41,13 @@ def _umask():
 
 
 @contextlib.contextmanager
-def atomic_path(path):
+def atomic_path(path, needed=None):
     """A temp path beside ``path``, with its suffixes (writers that pick a format by name, ``.weights.h5`` too,
     still work).
 
     When the block succeeds the temp file is synced and replaces ``path`` with the usual permissions
-    (mkstemp makes it private); on any error it is removed and ``path`` is left as it was.
+    (mkstemp makes it private); on any error it is removed and ``path`` is left as it was. ``needed``: the
+    file's size in bytes where the writer knows it, for a full disk's message.
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -56,7 +63,7 @@ def atomic_path(path):
         with contextlib.suppress(FileNotFoundError):
             os.remove(temp)
         if isinstance(error, OSError) and error.errno in DISK_FULL and not isinstance(error, DiskFull):
-            raise disk_full(path, error) from error
+            raise disk_full(path, error, needed) from error
         raise
 
 
@@ -69,12 +76,12 @@ def publish(temp, path):
 
 
 def write_bytes(path, data):
-    with atomic_path(path) as temp, open(temp, "wb") as f:
+    with atomic_path(path, len(data)) as temp, open(temp, "wb") as f:
         f.write(data)
 
 
 def write_text(path, text):
-    with atomic_path(path) as temp, open(temp, "w") as f:
+    with atomic_path(path, len(text.encode())) as temp, open(temp, "w") as f:
         f.write(text)
 
 

@@ -13,6 +13,7 @@ while it is written.
 
 import concurrent.futures
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -69,11 +70,14 @@ def write_shard(path, header, examples):
     """A TFRecord file of a JSON header record and the serialized examples, written atomically."""
     import tensorflow as tf
 
-    with atomic_path(path) as temp:
-        with tf.io.TFRecordWriter(temp) as writer:
-            writer.write(json.dumps(header).encode())
-            for example in examples:
-                writer.write(example)
+    with atomic_path(path, sum(len(example) + 16 for example in examples)) as temp:
+        try:
+            with tf.io.TFRecordWriter(temp) as writer:
+                writer.write(json.dumps(header).encode())
+                for example in examples:
+                    writer.write(example)
+        except tf.errors.ResourceExhaustedError as error:  # TensorFlow's word for ENOSPC: a DiskFull naming path
+            raise OSError(errno.ENOSPC, str(error)) from error
 
 
 def finished_shard(path, facts, start):

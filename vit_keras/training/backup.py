@@ -1,7 +1,7 @@
 """The state a rerun resumes from: the weights and the optimizer, where in the run they are, written crash-safe.
 
-    DIR/backup/state-e<epoch>-s<step>.weights.h5   the model's and the optimizer's variables after <step> steps
-                                                    of epoch <epoch> (s0: the epoch not begun)
+    DIR/backup/state-e<epoch>-s<step>.npz   the model's and the optimizer's variables after <step> steps of epoch
+                                            <epoch> (s0: the epoch not begun), one array a variable, by its path
 
 Each state is written beside its place and renamed into it (``vit_keras.files.atomic_path``), and the older ones
 are removed only after that, so a kill or a full disk at any moment leaves the previous state or the new one; the
@@ -9,6 +9,10 @@ position is the file's name, so weights and position can never disagree. Backups
 and, within an epoch, every ``every`` steps or, by default, every ``BACKUP_MINUTES`` of training: a kill costs at
 most that much. ``resume_point`` finds the newest state that loads, saying which unreadable ones it passed over
 (Keras's ``BackupAndRestore`` files, which earlier versions wrote in place, included).
+
+The state is written by NumPy, not h5py: HDF5 meeting a full disk mid-write can crash the process (a
+segmentation fault when its file object is freed), where a Python write raises ENOSPC, which becomes a
+``DiskFull``. States an earlier version wrote as ``.weights.h5`` still resume.
 """
 
 import dataclasses
@@ -18,11 +22,12 @@ import re
 import time
 
 import keras
+import numpy as np
 
 from vit_keras.files import DiskFull, atomic_path
 from vit_keras.training.plan import parse_every
 
-STATE_PATTERN = re.compile(r"^state-e(\d+)-s(\d+)\.weights\.h5$")
+STATE_PATTERN = re.compile(r"^state-e(\d+)-s(\d+)\.(?:npz|weights\.h5)$")  # .weights.h5: an earlier version's
 # What keras.callbacks.BackupAndRestore (earlier versions' backups) wrote: weights, then epoch metadata.
 KERAS_BACKUPS = (("latest.weights.h5", "training_metadata.json"),
                  ("latest.weights.h5_prev", "training_metadata.json_prev"))
@@ -67,11 +72,45 @@ def keras_backups(folder):
     return found
 
 
-def load_state(model, path):
-    """Load the model's and its optimizer's variables from ``path`` (the optimizer built first, so they exist)."""
+def state_variables(model):
+    """The variables a state holds: the model's, then its optimizer's."""
+    return list(model.weights) + (list(model.optimizer.variables) if model.optimizer is not None else [])
+
+
+def state_bytes(model):
+    """The bytes of a state's arrays: what a backup needs on disk, about."""
+    return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in state_variables(model))
+
+
+def save_state(model, path):
+    """Write the model's and its optimizer's variables to ``path`` (an .npz: key ``<index>:<variable path>``);
+    the optimizer built first, as ``load_state`` builds it."""
     if model.optimizer is not None and not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
-    model.load_weights(path)
+    with open(path, "wb") as f:
+        np.savez(f, **{f"{i:05d}:{v.path}": keras.ops.convert_to_numpy(v)
+                       for i, v in enumerate(state_variables(model))})
+
+
+def load_state(model, path):
+    """Load the model's and its optimizer's variables from ``path`` (the optimizer built first, so they exist);
+    a ValueError where the file holds other variables."""
+    if model.optimizer is not None and not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    if not path.endswith(".npz"):
+        model.load_weights(path)  # an earlier version's .weights.h5
+        return
+    variables = state_variables(model)
+    with np.load(path) as data:
+        keys = sorted(data.files)  # in variable order (paths may differ: an optimizer's name gets a number)
+        if len(keys) != len(variables):
+            raise ValueError(f"it holds {len(keys)} variables, not this model's and optimizer's {len(variables)}")
+        values = [data[key] for key in keys]
+    for key, variable, value in zip(keys, variables, values):
+        if tuple(value.shape) != tuple(variable.shape):
+            raise ValueError(f"{key} has shape {value.shape} there, {variable.path} {tuple(variable.shape)} here")
+    for variable, value in zip(variables, values):
+        variable.assign(value)
 
 
 def resume_point(model, folder, log=print):
@@ -121,15 +160,15 @@ class Backup(keras.callbacks.Callback):
 
     def save(self, epoch, step):
         """Write the state after ``step`` steps of ``epoch``, then remove the older ones."""
-        path = os.path.join(self.folder, f"state-e{epoch:05d}-s{step:09d}.weights.h5")
+        path = os.path.join(self.folder, f"state-e{epoch:05d}-s{step:09d}.npz")
         try:
-            with atomic_path(path) as temp:
-                self.model.save_weights(temp)
+            with atomic_path(path, state_bytes(self.model)) as temp:
+                save_state(self.model, temp)
         except DiskFull as error:
             newest = [older for *_, older in state_files(self.folder)]
-            raise DiskFull(error.errno, f"{error.strerror} The run's newest backup, "
-                                        f"{newest[0] if newest else 'none yet'}, is intact: rerun the same command "
-                                        "to resume from it.") from error
+            resume = (f"The run's newest backup, {newest[0]}, is intact: rerun the same command to resume from it."
+                      if newest else "The run has no backup yet: a rerun starts its first epoch again.")
+            raise DiskFull(error.errno, f"{error.strerror} {resume}") from error
         for *_, older in state_files(self.folder):
             if older != path:
                 os.remove(older)

@@ -18,7 +18,7 @@ import numpy as np
 
 from vit_keras import framework
 from vit_keras.files import DISK_FULL, DiskFull, atomic_path, disk_full, write_text
-from vit_keras.training.backup import Backup, ResumePoint, resume_point
+from vit_keras.training.backup import Backup, ResumePoint, resume_point, state_bytes
 
 
 class NonFiniteLoss(RuntimeError):
@@ -213,13 +213,18 @@ def differences(previous, recorded):
     return changed
 
 
+def check_out_dir(out_dir):
+    """A ``RunConflict`` where ``out_dir`` is a file."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise RunConflict(f"`out` {out_dir!r} is a file, not a folder: choose another --out.")
+
+
 def start_run(out_dir, record, chief=True, overwrite=False):
     """Make ``out_dir`` ready for the run ``record`` (its config.json) describes. Returns the folder's record
     when it holds this run finished (nothing to do), else None: a run cut short resumes. A folder holding a run
     with other settings raises ``RunConflict`` naming them, unless ``overwrite``: then that run's files go. The
     chief writes config.json and labels.txt."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise RunConflict(f"`out` {out_dir!r} is a file, not a folder: choose another --out.")
+    check_out_dir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     config_path = os.path.join(out_dir, "config.json")
     previous = read_json(config_path)
@@ -307,7 +312,7 @@ def write_json(path, data):
 
 def save_model(model, path):
     """Atomic ``model.save``: Keras writes a temp ``.keras`` that then replaces ``path``."""
-    with atomic_path(path) as temp:
+    with atomic_path(path, state_bytes(model)) as temp:
         model.save(temp)
 
 

@@ -65,6 +65,7 @@ def train_with_config(config, out_dir, overwrite=False):
     set_precision(config.precision)
     dist = get_strategy(config.strategy)  # before other TF or JAX work: several workers or hosts need a fresh start
     chief, _ = worker_role(dist)
+    runs.check_out_dir(out_dir)
     with locks.hold(out_dir, "train") if chief else contextlib.nullcontext():  # the chief writes the run's files
         return train_in(config, out_dir, overwrite, dist)
 
