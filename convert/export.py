@@ -7,6 +7,7 @@ The file is written atomically (temp file + os.replace) after every check has
 passed, so a failed export never leaves a partial file behind.
 """
 
+import contextlib
 import inspect
 import os
 
@@ -50,6 +51,20 @@ def check_output_path(out):
     if not os.access(folder, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
         raise PermissionError(f"`out` {out!r} is not writable.")
     return out
+
+
+@contextlib.contextmanager
+def export_lock(out):
+    """Hold ``out`` (``vit_keras.locks``: a lock file beside it) while the block runs; a folder that takes no new
+    file is named as `out`, as the write would name it."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(locks.hold(os.path.dirname(out), "export", lock_name=f".{os.path.basename(out)}.lock"))
+        except (locks.FolderLocked, DiskFull):
+            raise
+        except OSError as error:
+            raise OSError(error.errno, f"could not write `out` {out!r}: {error.strerror or error}") from error
+        yield
 
 
 def classifier_metadata(model, labels, quantize, input_dtype, name=None, description=None, version="1",
@@ -182,7 +197,7 @@ def export_tflite(model, out, quantize="float32", calibration=None, labels=None,
     check_export_options(quantize, metadata_fields, calibration_size, float_ops, min_agreement, attention_output,
                          ranges, int8_activations, target, dynamic_batch)
     out = check_output_path(out)
-    with locks.hold(os.path.dirname(out), "export", lock_name=f".{os.path.basename(out)}.lock"):  # one writer
+    with export_lock(out):  # one writer
         beside = None
         if isinstance(model, (str, os.PathLike)):
             beside = os.path.join(os.path.dirname(os.path.abspath(model)), "labels.txt")
