@@ -95,9 +95,7 @@ def finished_shard(path, facts, start):
 def write_split(out, name, files, labels, facts, images_per_shard, pool, log):
     """Write one split's shards, keeping those a run cut short finished; returns its manifest entry and the
     unreadable files."""
-    entry, skipped = {"files": [], "counts": []}, []
-    size, channels, encoding = facts["image_size"], facts["channels"], facts["encoding"]
-    kept = 0
+    entry, skipped, kept = {"files": [], "counts": []}, [], 0
     for start in range(0, len(files), images_per_shard):
         file = f"{name}-{len(entry['files']):05d}.tfrecord"
         header = finished_shard(os.path.join(out, file), dict(facts, split=name), start)
