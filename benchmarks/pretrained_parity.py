@@ -29,12 +29,25 @@ def main():
     work = args.work or tempfile.mkdtemp(prefix="pretrained_parity_")
     subprocess.run([args.peers_python, os.path.join(HERE, "pretrained_reference.py"), args.real, work], check=True)
 
+    from PIL import Image
+
     import vit_keras
     from vit_keras.convert.export import export_tflite
     from vit_keras.convert.metadata import read_labels
 
     images = np.load(os.path.join(work, "photos.npy")).astype("float32")
     reference = np.load(os.path.join(work, "reference.npz"))
+    fixtures = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "pretrained")
+    for key in sorted(k for k in reference.files if k.startswith("fixture_")):
+        case = key[len("fixture_"):]
+        model = vit_keras.from_pretrained(os.path.join(fixtures, case))
+        size = model.input_shape[1]
+        small = np.stack([np.asarray(Image.fromarray(image.astype("uint8")).resize((size, size), Image.BICUBIC))
+                          for image in images]).astype("float32")
+        ours = model.predict(small, batch_size=100, verbose=0)
+        agreement = 100 * (ours.argmax(-1) == reference[key].argmax(-1)).mean()
+        print(f"{case} (random weights, {size} px): max |logit difference| {np.abs(ours - reference[key]).max():.1e} "
+              f"on the {len(images)} photos, top-1 agreement {agreement:.1f}%")
     for name in ("timm_vit_tiny", "hf_vit_tiny_200"):
         start = time.perf_counter()
         model = vit_keras.from_pretrained(os.path.join(work, name))

@@ -7,7 +7,9 @@ From the real ViT-Ti/16 (``shared/fixtures/real_imagenet.py``'s REAL_DIR) it wri
 save them: ``timm_vit_tiny`` (timm's ``save_for_hf``, with the 1,000 label names) and ``hf_vit_tiny_200``
 (transformers' ``save_pretrained`` of a ViTForImageClassification with the first 200 classes' head, layer-norm
 epsilon 1e-12 and id2label: the issue's fine-tuned folder). It resizes the 1,000 photos to 224 px (bicubic, PIL)
-into ``photos.npy`` and stores each library's logits for them in ``reference.npz``.
+into ``photos.npy`` and stores each library's logits for them in ``reference.npz``; and for each random variant
+folder of tests/fixtures/pretrained (DeiT, DINOv2, registers, ...), its library's logits for the photos resized
+again to that folder's input size.
 """
 
 import os
@@ -21,7 +23,8 @@ def photos(real):
     from PIL import Image
 
     root = os.path.join(real, "photos")
-    paths = [os.path.join(root, c, f) for c in sorted(os.listdir(root)) for f in sorted(os.listdir(os.path.join(root, c)))]
+    paths = [os.path.join(root, c, f) for c in sorted(os.listdir(root))
+             for f in sorted(os.listdir(os.path.join(root, c)))]
     return np.stack([np.asarray(Image.open(p).convert("RGB").resize((224, 224), Image.BICUBIC)) for p in paths])
 
 
@@ -46,12 +49,42 @@ def timm_to_hugging_face(state, depth):
 
 
 @torch.no_grad()
-def logits(model, images, hf):
+def logits(model, images, hf, mean=(0.5,) * 3, std=(0.5,) * 3):
     out = []
+    mean, std = torch.tensor(mean)[:, None, None], torch.tensor(std)[:, None, None]
     for start in range(0, len(images), 50):
-        x = torch.from_numpy(images[start:start + 50]).permute(0, 3, 1, 2).float() / 127.5 - 1  # mean = std = 0.5
+        x = (torch.from_numpy(images[start:start + 50]).permute(0, 3, 1, 2).float() / 255 - mean) / std
         out.append((model(pixel_values=x).logits if hf else model(x)).numpy())
     return np.concatenate(out)
+
+
+def resized(images, size):
+    from PIL import Image
+
+    return np.stack([np.asarray(Image.fromarray(image).resize((size, size), Image.BICUBIC)) for image in images])
+
+
+def fixture_logits(folder, images):
+    """The logits of a tests/fixtures/pretrained folder's own library for ``images`` at its input size."""
+    import json
+
+    import timm
+    import transformers as t
+
+    config = json.load(open(os.path.join(folder, "config.json")))
+    if "model_type" in config:
+        processor = json.load(open(os.path.join(folder, "preprocessor_config.json")))
+        model = t.AutoModelForImageClassification.from_pretrained(folder).eval()
+        size = processor["crop_size"]["height"] if processor.get("do_center_crop") else processor["size"]["height"]
+        return logits(model, resized(images, size), True, processor["image_mean"], processor["image_std"])
+    from safetensors.torch import load_file
+
+    cfg = config["pretrained_cfg"]
+    model = timm.create_model(config["architecture"], pretrained=False, num_classes=config["num_classes"],
+                              **{k: v for k, v in config.get("model_args", {}).items() if k != "num_classes"})
+    model.load_state_dict(load_file(os.path.join(folder, "model.safetensors")))  # strict: every tensor used
+    model.eval()
+    return logits(model, resized(images, cfg["input_size"][-1]), False, cfg["mean"], cfg["std"])
 
 
 def main():
@@ -83,8 +116,12 @@ def main():
                         resample=3).save_pretrained(os.path.join(out, "hf_vit_tiny_200"))
     images = photos(real)
     np.save(os.path.join(out, "photos.npy"), images)
+    fixtures = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "fixtures",
+                            "pretrained")
+    variants = {f"fixture_{case}": fixture_logits(os.path.join(fixtures, case), images)
+                for case in sorted(os.listdir(fixtures))}
     np.savez(os.path.join(out, "reference.npz"), timm_vit_tiny=logits(model, images, False),
-             hf_vit_tiny_200=logits(hf, images, True))
+             hf_vit_tiny_200=logits(hf, images, True), **variants)
     print(f"wrote {out}: 2 folders, {len(images)} photos, {t.__version__=} {timm.__version__=}")
 
 
