@@ -9,13 +9,14 @@ import math
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 import tensorflow as tf
 import vit_keras
 from vit_keras.convert import graph
 from vit_keras.convert.export import export_tflite
+
+from litert_threads import latency_ms  # benchmarks/ is on the path when a script of it runs
 
 def batched_attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=None, maps=None,
                       mask=graph.FLOAT_MASK, out_scale=None):
@@ -39,22 +40,6 @@ def batched_attention(attn, x, query_tokens=None, scales=None, observe=None, row
     y = tf.reshape(tf.transpose(y, (0, 2, 1, 3)), (-1, y.shape[2], d))
     return graph.dense(attn.out, y, graph.ATTENTION_OUT, kernel=out_kernel, bias=out_bias)
 
-def latency(path, threads, runs=60):
-    from ai_edge_litert.interpreter import Interpreter
-    interpreter = Interpreter(model_path=path, num_threads=threads)
-    interpreter.allocate_tensors()
-    detail = interpreter.get_input_details()[0]
-    interpreter.set_tensor(detail["index"], np.random.default_rng(0).integers(0, 255, detail["shape"])
-                           .astype(detail["dtype"]))
-    for _ in range(5):
-        interpreter.invoke()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        interpreter.invoke()
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times))
-
 model = vit_keras.from_pretrained(sys.argv[1])
 photos = np.load(sys.argv[2])
 test = photos[1::10][:100].astype("float32")
@@ -69,5 +54,5 @@ for variant in ("per_head", "batched"):
         out = os.path.join(tempfile.gettempdir(), f"heads_{variant}_{mode}_{act}.tflite")
         export_tflite(model, out, quantize=mode, calibration=calib, int8_activations=act)
         got = tflite_scores(out, test)
-        one, two = latency(out, 1), latency(out, 2)
+        one, two = latency_ms(out, 1, runs=60), latency_ms(out, 2, runs=60)
         print(f"{variant:9s} {mode:7s} {act:7s} agree {100*(got.argmax(-1)==ref.argmax(-1)).mean():.0f}%  1T {one:.2f} ms  2T {two:.2f} ms  2T/1T {two/one:.2f}", flush=True)
