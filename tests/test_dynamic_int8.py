@@ -37,18 +37,18 @@ def test_dynamic_int8_takes_raw_uint8_pixels_and_runs_in_one_xnnpack_partition(d
 
 
 def test_dense_layers_multiply_in_int8_but_those_reading_one_row(dynamic_file):
-    """Block 0's four dense layers and block 1's k, v projections read every token: int8 products. Block 1's q
-    projections, output projection and MLP read the class token alone, and the head one row: float products from
+    """Block 0's four dense layers and block 1's k-and-v projection read every token: int8 products. Block 1's q
+    projection, output projection and MLP read the class token alone, and the head one row: float products from
     int8 weights, unpacked once at load. The convs keep float16 weights."""
     from ai_edge_litert import schema_py_generated as schema
 
     _, path, _, _ = dynamic_file
     float_ops, integer_ops = op_precisions(path)
-    assert integer_ops == {"FULLY_CONNECTED": 4 + 2 * 2}
-    assert float_ops["FULLY_CONNECTED"] == 2 + 3 + 1 and float_ops["CONV_2D"] == 1
+    assert integer_ops == {"FULLY_CONNECTED": 4 + 1}
+    assert float_ops["FULLY_CONNECTED"] == 1 + 3 + 1 and float_ops["CONV_2D"] == 1
     graph = schema.ModelT.InitFromPackedBuf(bytearray(path.read_bytes()), 0).subgraphs[0]
     types_ = [tensor.type for tensor in graph.tensors]
-    assert types_.count(schema.TensorType.INT8) == 4 + 2 * 2 + 6  # every dense kernel is stored in int8
+    assert types_.count(schema.TensorType.INT8) == 4 + 1 + 5  # every dense kernel is stored in int8
     assert schema.TensorType.FLOAT16 in types_
 
 
