@@ -83,8 +83,20 @@ def test_bfloat16_under_jax_on_a_cpu_says_so_and_runs_float32(monkeypatch):
 def test_int8_asked_without_xla_says_so_and_runs_float32():
     with pytest.warns(UserWarning, match="only compiled by XLA"):
         assert resolve("int8", jit_compile=False, cpu=BF16_CPU) == ("float32", False)
-    assert resolve("int8", cpu=AVX2_CPU) == ("int8", True)
     assert resolve("bfloat16", jit_compile=True, cpu=BF16_CPU) == ("bfloat16", False)  # TensorFlow's oneDNN kernel
+
+
+def test_int8_on_a_cpu_without_int8_dot_products_says_so_and_runs_float32(monkeypatch):
+    """AVX2 alone (no VNNI, no AMX-INT8): Keras's int8 layers compiled by XLA ran no faster than float32 there."""
+    monkeypatch.setattr(precision_module, "accelerator_count", lambda: 0)
+    with pytest.warns(UserWarning, match=r"no int8 dot-product units \(VNNI or AMX-INT8\).*using float32"):
+        assert resolve("int8", cpu=AVX2_CPU) == ("float32", True)
+    monkeypatch.setattr(precision_module, "cpu_features", lambda: AVX2_CPU)
+    model, x = tiny(), images()
+    with pytest.warns(UserWarning, match="no int8 dot-product units"):
+        got = vit_keras.predict(model, x, batch_size=6, precision="int8")
+    np.testing.assert_array_equal(got, vit_keras.predict(model, x, batch_size=6))
+    assert "int8" not in AGREEMENTS.get(model, {})  # refused: no twin ran
 
 
 def test_a_precision_that_disagrees_with_float32_warns_with_the_figure_and_falls_back(bf16_cpu, monkeypatch):

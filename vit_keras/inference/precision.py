@@ -45,6 +45,9 @@ def resolve(precision, jit_compile=True, cpu=None):
         reason = f"this CPU ({cpu.describe()}) has no bfloat16 units (AVX512_BF16 or AMX-BF16)"
     elif precision == "bfloat16" and on_cpu and backend == "jax":
         reason = "XLA's CPU dot does not use the bf16 units (measured under JAX: no faster than float32)"
+    elif precision == "int8" and on_cpu and not cpu.int8_dot:
+        reason = (f"this CPU ({cpu.describe()}) has no int8 dot-product units (VNNI or AMX-INT8), and XLA's int8 "
+                  "matmul without them is no faster than float32 (docs/benchmarks.md)")
     elif precision == "int8" and backend not in ("tensorflow", "jax"):
         reason = f"Keras's int8 layers are compiled to fast kernels under TensorFlow and JAX, not {backend}"
     elif precision == "int8" and jit_compile is False:
