@@ -12,7 +12,6 @@ import functools
 import os
 import tempfile
 
-
 from litert_threads import latency_ms  # benchmarks/ is on the path when a script of it runs
 
 
@@ -25,8 +24,6 @@ def main():
     args = parser.parse_args()
 
     from vit_keras.convert import graph
-    from vit_keras.convert.export import export_tflite
-    from vit_keras.convert.runtime import tflite_scores
     from real_vit_int8 import build_model, load_photos
 
     model = build_model(args.real)
@@ -34,9 +31,20 @@ def main():
     test, calibration = photos[1::2][:args.test], photos[::2][:args.calibration]
     reference = graph.keras_scores(model, test).argmax(-1)
     batched = graph.attention
+    try:
+        compare_layouts(graph, batched, model, test, calibration, reference, args)
+    finally:
+        graph.attention = batched
+
+
+def compare_layouts(graph, attention, model, test, calibration, reference, args):
+    """Export and time each layout and mode, printing a line each (``graph.attention`` patched per layout)."""
+    from vit_keras.convert.export import export_tflite
+    from vit_keras.convert.runtime import tflite_scores
+
     with tempfile.TemporaryDirectory() as work:
         for layout in ("one head at a time", "heads batched"):
-            graph.attention = functools.partial(batched, batched=layout == "heads batched")
+            graph.attention = functools.partial(attention, batched=layout == "heads batched")
             for mode, activations in (("float32", "auto"), ("int8", "dynamic"), ("int8", "static")):
                 out = os.path.join(work, f"{layout[:3]}_{mode}_{activations}.tflite")
                 export_tflite(model, out, quantize=mode, calibration=calibration, int8_activations=activations,
@@ -45,7 +53,6 @@ def main():
                 one, two = latency_ms(out, 1, runs=args.runs), latency_ms(out, 2, runs=args.runs)
                 print(f"{layout:19s} {mode:7s} {activations:7s} agree {agree:5.1f}%  1T {one:6.2f} ms  "
                       f"2T {two:6.2f} ms  2T/1T {two / one:.2f}", flush=True)
-    graph.attention = batched
 
 
 if __name__ == "__main__":

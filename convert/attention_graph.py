@@ -125,11 +125,11 @@ def batched_heads(attn, x, kernel, bias, query_tokens, mask):
 
 def one_head_at_a_time(attn, x, kernel, bias, query_tokens, fused, observe, maps, mask):
     """softmax(q k^T) v a head at a time on 3-D tensors; (B, queries, D) before the out projection. fused: one qkv
-    FULLY_CONNECTED SPLIT into heads (the int8 graph's, whose heads then share one scale), else one a head and
-    q/k/v (fastest in float)."""
+    FULLY_CONNECTED SPLIT into heads (the int8 graph's, whose heads then share one scale) where the heads split
+    into trees of <= 4-output SPLITs, else one a head and q/k/v (fastest in float)."""
     d = x.shape[-1]
     cols = head_columns(attn)
-    if fused and not query_tokens:
+    if fused and not query_tokens and fusable_heads(attn.num_heads):
         order = np.concatenate([np.arange(d * 3)[col] for head in cols for col in head])  # head-major q, k, v
         per_head = [tf.split(y, 3, axis=-1) for y in split_even(project(x, kernel, bias, order), attn.num_heads)]
     else:

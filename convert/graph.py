@@ -31,7 +31,7 @@ from vit_keras.models.normalization import is_uniform, normalize, pixel_normaliz
 from vit_keras.models.stems import ResNetV2Stem
 from vit_keras.models.vision_transformer import VisionTransformer
 
-from .attention_graph import FLOAT_MASK, INTEGER_MASK, attention, dense, fusable_heads, numpy
+from .attention_graph import FLOAT_MASK, INTEGER_MASK, attention, dense, numpy
 from .attention_output import rollout_graph, token_slice
 from . import integer_graph
 from .node_names import (GROUPNORM_SHIFT, HEAD, LAYERNORM_EPSILON, LAYERNORM_SHIFT, MLP_IN, MLP_OUT, POSITION_ADD,
@@ -254,10 +254,8 @@ def forward(model, images, raw_pixels, qkv_scales=None, observe=None, norm_scale
     if variances is not None:
         variances.observe_stream(x)
     for block in model.blocks:
-        attn = block.attn
-        scales = (qkv_scales or {}).get(attn.path) if fusable_heads(attn.num_heads) else None
-        x = transformer_block(block, x, scales, observe, norm_scales, observe_norm, maps=attention_maps,
-                              variances=variances)
+        x = transformer_block(block, x, (qkv_scales or {}).get(block.attn.path), observe, norm_scales, observe_norm,
+                              maps=attention_maps, variances=variances)
     x = layer_norm(model.encoder_norm, x, variances=variances)
     x = readout(model.pooling_layer, x, token_weights)
     for layer, role in ((model.pre_logits, PRE_LOGITS), (model.head, HEAD)):

@@ -18,7 +18,7 @@ from vit_keras import framework
 from vit_keras.constants import INT8_ACTIVATIONS, INT8_RANGES
 from vit_keras.models.stems import ResNetV2Stem
 
-from .graph import forward, fusable_heads, norm_count
+from .graph import forward, norm_count
 from .attention_output import rollout_output_names
 from .half_tables import store_in_half
 from .node_names import (ATTENTION_MASK, DENSE_ROLES, GROUPNORM_SHIFT, LAYERNORM_EPSILON, LAYERNORM_SHIFT, POSITION_ADD,
@@ -206,8 +206,7 @@ def int8_graph_scales(model, calibration, activations):
     docs/benchmarks.md#layernorm-smoothing); dynamic int8 needs no equal heads, but smooths."""
     if activations == "static":
         return qkv_scales(model, calibration), None
-    same = {block.attn.path: [(1.0, 1.0)] * block.attn.num_heads for block in model.blocks
-            if fusable_heads(block.attn.num_heads)}  # one qkv layer a block, as the static graph
+    same = {block.attn.path: [(1.0, 1.0)] * block.attn.num_heads for block in model.blocks}  # one qkv layer a block
     return same, smoothing_scales(model, calibration)
 
 

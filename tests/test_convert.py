@@ -689,3 +689,29 @@ def test_a_constant_kept_after_the_flatbuffer_is_refused_not_read_as_none():
         constant(model, kernel)
     inline = unpack_inline(data)
     assert constant(inline, inline.subgraphs[0].tensors[int(inline.subgraphs[0].inputs[0])]) is None  # computed
+
+
+def test_static_int8_equalizes_heads_that_split_into_no_tree(fashion, tmp_path, monkeypatch):
+    """5 heads (no tree of <= 4-output SPLITs): the batched graph still has one qkv layer a block, so every block's
+    attention gets its heads' equalizing scales; with the attention output the graph takes one head at a time, a
+    FULLY_CONNECTED each, and still exports. Both stay close to Keras."""
+    from vit_keras.convert import graph
+
+    keras.utils.set_random_seed(0)
+    model = vit_keras.create_model("vit_ti16", image_size=28, patch_size=7, channels=1, hidden_size=40, num_heads=5,
+                                   mlp_dim=32, num_layers=2, num_classes=10, include_preprocessing=True)
+    calibration, test = fashion[0][:100], fashion[2][:16]
+    received, attention = [], graph.attention
+
+    def spy(attn, x, query_tokens=None, scales=None, *args, **kwargs):
+        received.append(scales)
+        return attention(attn, x, query_tokens, scales, *args, **kwargs)
+
+    monkeypatch.setattr(graph, "attention", spy)
+    plain = tmp_path / "int8.tflite"
+    tflite_export.export_tflite(model, plain, quantize="int8", labels=LABELS, calibration=calibration,
+                                calibration_size=100, int8_activations="static")
+    assert received and all(scales is not None and len(scales) == 5 for scales in received[-2:])  # the traced graph
+    with_maps = attention_export(model, tmp_path / "maps.tflite", "int8", calibration=calibration)
+    for path in (plain, with_maps):
+        assert np.abs(tflite_scores(path, test) - keras_scores(model, test)).max() < 0.1, path
