@@ -10,7 +10,10 @@ images check the lower precision against float32; a precision refused on this CP
 the timing batches and on the photos).
 Peers (benchmarks/peers_reference.py, in --peers-python: torch, timm, onnx, onnxruntime, openvino): timm eager,
 torch.compile, ONNX Runtime float32 and dynamic int8, OpenVINO float32 and its default (bfloat16 where the CPU
-has the units). Each model is measured by the peers, then by us, on the weights the peers wrote. Random weights,
+has the units). The peers of a model wait compiled in their own process while ours compile; then each of
+--repeats rounds times one batch through every path, theirs and ours, in turn (a shared 2-core VM drifts by
+10-30% over minutes: paths timed one after the other do not compare). The median round counts; the spread
+column is (slowest - fastest) / median. Ours run the weights the peers wrote. Random weights,
 except ViT-Ti/16 with --real (the real ImageNet ViT-Ti/16 of ../shared/fixtures/real_imagenet.py): every path's
 top-1 agreement with its own float32 on the 1,000 photos is printed too. Set up the peers' venv with
     python3.11 -m venv /work/.venv-ref && /work/.venv-ref/bin/pip install torch==2.14.1 torchvision==0.29.1 \\
@@ -18,6 +21,7 @@ top-1 agreement with its own float32 on the 1,000 photos is printed too. Set up 
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -32,28 +36,55 @@ import numpy as np  # noqa: E402
 
 from vit_keras.constants import BENCH_MODELS, INFERENCE_PRECISIONS  # noqa: E402
 from vit_keras.cpu import cpu_features  # noqa: E402
-from vit_keras.inference.bench import TIMM_NAMES  # noqa: E402
+from vit_keras.inference.bench import TIMM_NAMES, vit_flops  # noqa: E402
 
 PEERS_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers_reference.py")
 
 
-def peers(python, name, out, repeats, weights=None, photos=None):
-    command = [python, PEERS_SCRIPT, TIMM_NAMES[name], "--out", out, "--repeats", str(repeats)]
-    command += ["--weights", weights] if weights else []
-    command += ["--photos", photos] if photos else []
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode:
-        raise RuntimeError(f"the peers failed on {name}:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+class Peers:
+    """One model's peers, compiled and warm in ``python`` (benchmarks/peers_reference.py, its own process):
+    ``info`` is what it reported once ready; ``seconds(peer)`` times one batch through a peer there."""
+
+    def __init__(self, python, name, out, weights=None, photos=None):
+        command = [python, PEERS_SCRIPT, TIMM_NAMES[name], "--out", out]
+        command += ["--weights", weights] if weights else []
+        command += ["--photos", photos] if photos else []
+        self.log = tempfile.TemporaryFile("w+")  # its stderr: a pipe left unread could fill and stall it
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                        text=True)
+        self.info = self.answer(lambda value: isinstance(value, dict) and "peers" in value)
+
+    def answer(self, wanted):
+        """The next JSON line of its stdout that ``wanted`` accepts (the runtimes print lines of their own)."""
+        for line in self.process.stdout:
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if wanted(value):
+                return value
+        self.log.seek(0)
+        raise RuntimeError(f"the peers stopped (exit {self.process.wait()}):\n{self.log.read()[-3000:]}")
+
+    def seconds(self, peer):
+        self.process.stdin.write(peer + "\n")
+        self.process.stdin.flush()
+        return self.answer(lambda value: isinstance(value, float))
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.log.close()
 
 
-def ours(name, weights, repeats, photos=None):
-    """{precision: images/s through vit_keras.predict, batches of 16}, {precision: what ran}, {precision: top-1
-    agreement with our float32 on ``photos``}, and our float32's top-1 classes of ``photos``.
+def our_paths(name, weights, photos=None):
+    """``vit_keras.predict`` on batches of 16 in each precision, ready to time: ({label: a function returning the
+    seconds of one call}, {label: what ran}, {precision: (top-1 agreement with our float32 on ``photos``, what ran
+    on them)}, our float32's top-1 classes of ``photos``).
 
     The photos run first on their own model, so its check meets real photos (what ran on them is in the agreement
-    row's label); the timing runs on a fresh model, fed the first 64 photos (else random images) over and over,
-    timed once its check has settled. Where the check fell back, the twin alone is timed too."""
+    row's label); the timed paths run on a fresh model, called until each lower precision's check has settled.
+    Where the check fell back, the twin alone is a path too."""
     import warnings
 
     import keras
@@ -68,8 +99,15 @@ def ours(name, weights, repeats, photos=None):
             return "refused: " + str(caught[0].message)[:60] if caught else "refused"
         return "fell back to float32" if checked is not None and not checked.kept else precision
 
+    def timer(run):
+        def seconds():
+            start = time.perf_counter()
+            np.asarray(run())
+            return time.perf_counter() - start
+        return seconds
+
     keras.backend.clear_session()
-    rates, ran, agreement, reference = {}, {}, {}, None
+    agreement, reference = {}, None
     if photos is not None:  # normalized as the peers normalize them
         model = vit_keras.create_model(name, weights=weights, include_preprocessing=False)
         photos = photos.astype("float32") / 127.5 - 1.0
@@ -80,34 +118,93 @@ def ours(name, weights, repeats, photos=None):
                 top1 = vit_keras.predict(model, photos, batch_size=16, precision=precision).argmax(-1)
             agreement[precision] = (float(np.mean(top1 == reference)), what_ran(model, precision, caught))
     model = vit_keras.create_model(name, weights=weights, include_preprocessing=False)
-    batches = (photos if photos is not None else np.random.default_rng(0).normal(size=(64, 224, 224, 3)))
-    batches = [np.asarray(batches[i:i + 16], "float32") for i in range(0, 64, 16)]
+    batch = np.asarray(photos[:16] if photos is not None else
+                       np.random.default_rng(0).normal(size=(16, 224, 224, 3)), "float32")
+    paths, ran = {}, {}
     for precision in INFERENCE_PRECISIONS:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", UserWarning)
-            for i in range(CHECK_IMAGES // 16 + 2):  # the check settles first: then the path runs alone
-                vit_keras.predict(model, batches[i % len(batches)], batch_size=16, precision=precision)
-            times = []
-            for i in range(repeats):
-                start = time.perf_counter()
-                vit_keras.predict(model, batches[i % len(batches)], batch_size=16, precision=precision)
-                times.append(time.perf_counter() - start)
-        rates[precision] = 16 / statistics.median(times)
-        ran[precision] = what_ran(model, precision, caught)
-        if ran[precision] == "fell back to float32":  # and what the twin itself runs at
+            for _ in range(CHECK_IMAGES // 16 + 2):  # the check settles first: then the path runs alone
+                vit_keras.predict(model, batch, batch_size=16, precision=precision)
+        label = f"vit_keras.predict {precision}"
+        ran[label] = what_ran(model, precision, caught)
+        paths[label] = timer(lambda p=precision: vit_keras.predict(model, batch, batch_size=16, precision=p))
+        if ran[label] == "fell back to float32":  # and what the twin itself runs at
             forward = predict_function(twin(model, precision), 4, resolve(precision)[1])
-            times = []
-            for i in range(repeats + 2):
-                start = time.perf_counter()
-                np.asarray(forward(batches[i % len(batches)]))
-                times.append(time.perf_counter() - start)
-            rates[precision + " twin alone"] = 16 / statistics.median(times[2:])
-            ran[precision + " twin alone"] = "not checked"
-    return rates, ran, agreement, reference
+            forward(batch)
+            paths[label + " twin alone"] = timer(lambda f=forward: f(batch))
+            ran[label + " twin alone"] = "not checked"
+    return paths, ran, agreement, reference
+
+
+def in_turns(paths, rounds, pause=0.3):
+    """{label: [seconds of each round]}: each round runs every path in turn, so a shared CPU's drift over minutes
+    falls on all of them alike; a path runs twice and its second call counts (the first refills the caches and
+    wakes the threads the other runtimes left); ``pause`` lets the last runtime's spinning threads go idle."""
+    times = {label: [] for label in paths}
+    for _ in range(rounds):
+        for label, seconds in paths.items():
+            time.sleep(pause)
+            seconds()
+            times[label].append(seconds())
+    return times
 
 
 def share(rate, gflops, peak):
     return f"{100 * rate * gflops / peak:.0f}%" if peak else "-"
+
+
+FLOAT32_PEERS = ("timm eager", "torch.compile", "ONNX Runtime float32", "OpenVINO float32")
+
+
+def measure(args, name, photos, scratch):
+    """(the peers' ready report, {label: [seconds of each round]}, what ours ran, agreement, our top-1) of a model."""
+    out = os.path.join(scratch, name)
+    os.makedirs(out)
+    real = photos is not None and name == "vit_ti16"
+    photos_path = weights = None
+    if real:
+        photos_path, weights = os.path.join(scratch, "photos.npy"), os.path.join(args.real, "vit_ti16_in1k.safetensors")
+        np.save(photos_path, photos)
+    theirs = Peers(args.peers_python, name, out, weights, photos_path)
+    try:
+        paths, ran, agreement, reference = our_paths(name, os.path.join(out, "model.safetensors"),
+                                                     photos if real else None)
+        paths = {**{peer: functools.partial(theirs.seconds, peer) for peer in theirs.info["peers"]}, **paths}
+        times = in_turns(paths, args.repeats)
+    finally:
+        theirs.close()
+    return theirs.info, times, ran, agreement, reference
+
+
+def print_table(name, info, times, ran, agreement, reference, peaks):
+    gflops = vit_flops(name) / 1e9
+    rates = {label: 16 / statistics.median(t) for label, t in times.items()}
+    float32_peers = [*FLOAT32_PEERS, *(["OpenVINO default"] if "f32" in info["openvino_default_precision"] else [])]
+    best_peer = max(info["peers"], key=rates.get)
+    best_float32 = max(float32_peers, key=rates.get)
+    print(f"\n{name}, batch 16, 224 px, images/s (median of {len(next(iter(times.values())))} rounds, every path "
+          f"once a round); best peer: {best_peer} {rates[best_peer]:.1f}; best float32 peer: {best_float32} "
+          f"{rates[best_float32]:.1f}")
+    print("| path | img/s | spread | x best peer | x best float32 peer | % fp32 peak | % bf16 peak | "
+          "top-1 agreement with float32 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, rate in rates.items():
+        spread = (max(times[label]) - min(times[label])) / statistics.median(times[label])
+        if label in info["peers"]:
+            agree = info.get("agreement", {}).get(label)
+            agree = "-" if agree is None else f"{100 * agree:.1f}%"
+        else:
+            precision = label.split()[1]
+            agree, on_photos = agreement.get(precision, (None, None)) if "twin" not in label else (None, None)
+            agree = "-" if agree is None else f"{100 * agree:.1f}% (ran {on_photos})"
+            label = f"{label} ({ran[label]})"
+        print(f"| {label} | {rate:.1f} | {100 * spread:.0f}% | {rate / rates[best_peer]:.2f} | "
+              f"{rate / rates[best_float32]:.2f} | {share(rate, gflops, peaks[0])} | {share(rate, gflops, peaks[1])} "
+              f"| {agree} |")
+    if reference is not None and "top1" in info:
+        print(f"(our float32 and timm's agree on {100 * np.mean(reference == np.array(info['top1'])):.1f}% "
+              "of the photos)")
 
 
 def main(argv=None):
@@ -115,9 +212,9 @@ def main(argv=None):
     parser.add_argument("--peers-python", required=True, help="an interpreter with torch, timm, onnxruntime, openvino")
     parser.add_argument("--real", default=None, help="the real ViT-Ti/16 fixture folder (weights and photos)")
     parser.add_argument("--models", nargs="+", default=list(BENCH_MODELS), choices=list(BENCH_MODELS))
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7, help="rounds; each times one batch through every path")
     args = parser.parse_args(argv)
-    from vit_keras.inference.bench import matmul_peak_gflops, vit_flops
+    from vit_keras.inference.bench import matmul_peak_gflops
 
     cpu = cpu_features()
     print(cpu.describe())
@@ -130,42 +227,12 @@ def main(argv=None):
         from real_vit_int8 import load_photos
 
         photos = load_photos(args.real)[0]
-    rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.models:
-            out = os.path.join(scratch, name)
-            os.makedirs(out)
-            real = photos is not None and name == "vit_ti16"
-            photos_path = None
-            if real:
-                photos_path = os.path.join(scratch, "photos.npy")
-                np.save(photos_path, photos)
-            theirs = peers(args.peers_python, name, out, args.repeats,
-                           os.path.join(args.real, "vit_ti16_in1k.safetensors") if real else None, photos_path)
-            rates, ran, agreement, reference = ours(name, os.path.join(out, "model.safetensors"), args.repeats,
-                                                    photos if real else None)
-            rows.append((name, theirs, rates, ran, agreement, reference))
-            print(f"{name}: measured ({theirs['torch']}, {theirs['threads']} threads; OpenVINO's default precision "
-                  f"{theirs['openvino_default_precision']})", flush=True)
-    for name, theirs, rates, ran, agreement, reference in rows:
-        gflops = vit_flops(name) / 1e9
-        best_peer, best_rate = max(theirs["rates"].items(), key=lambda item: item[1])
-        print(f"\n{name}, batch 16, 224 px, images/s (share of the float32 / bfloat16 GEMM peak); best peer: "
-              f"{best_peer} {best_rate:.1f}")
-        print(f"| path | img/s | x best peer | % fp32 peak | % bf16 peak | top-1 agreement with float32 |")
-        print("|---|---|---|---|---|---|")
-        for peer, rate in theirs["rates"].items():
-            agree = theirs.get("agreement", {}).get(peer)
-            print(f"| {peer} | {rate:.1f} | {rate / best_rate:.2f} | {share(rate, gflops, fp32_peak)} | "
-                  f"{share(rate, gflops, bf16_peak)} | {'-' if agree is None else f'{100 * agree:.1f}%'} |")
-        for precision, rate in rates.items():
-            agree, on_photos = agreement.get(precision, (None, None))
-            print(f"| vit_keras.predict {precision} ({ran[precision]}) | {rate:.1f} | {rate / best_rate:.2f} | "
-                  f"{share(rate, gflops, fp32_peak)} | {share(rate, gflops, bf16_peak)} | "
-                  f"{'-' if agree is None else f'{100 * agree:.1f}% (ran {on_photos})'} |")
-        if reference is not None and "top1" in theirs:
-            print(f"(our float32 and timm's agree on {100 * np.mean(reference == np.array(theirs['top1'])):.1f}% "
-                  "of the photos)")
+            info, times, ran, agreement, reference = measure(args, name, photos, scratch)
+            print(f"{name}: measured ({info['torch']}, {info['threads']} threads; OpenVINO's default precision "
+                  f"{info['openvino_default_precision']})", flush=True)
+            print_table(name, info, times, ran, agreement, reference, (fp32_peak, bf16_peak))
 
 
 if __name__ == "__main__":

@@ -1,33 +1,29 @@
 """The peers of `benchmarks/peers.py`, in an interpreter that has them: timm eager, torch.compile, ONNX Runtime
-(float32, dynamic int8) and OpenVINO (float32, its default precision) on one timm model. Prints one JSON line.
+(float32, dynamic int8) and OpenVINO (float32, its default precision) on one timm model, served to the caller so
+that it can time them in turns with its own paths (a shared CPU drifts over minutes).
 
     /work/.venv-ref/bin/python benchmarks/peers_reference.py vit_tiny_patch16_224 --out DIR [--weights W.safetensors]
         [--photos PHOTOS.npy]
 
 Writes DIR/model.safetensors, the timm state dict every runtime ran (seeded random weights, or --weights), so
-the caller runs the same weights. --photos: uint8 (N, 224, 224, 3) images, normalized with mean = std = 0.5;
-each peer's top-1 agreement with timm eager float32 on them is reported. Needs torch, timm, onnx, onnxruntime,
+the caller runs the same weights; compiles and warms every peer, then prints one JSON line (the peers, versions,
+agreements) and answers each line read from stdin, a peer's name, with one JSON line: the seconds one batch of
+--batch-size took through it. --photos: uint8 (N, 224, 224, 3) images, normalized with mean = std = 0.5; each
+peer's top-1 agreement with timm eager float32 on them is reported. Needs torch, timm, onnx, onnxruntime,
 openvino (a benchmark-only venv: docs/benchmarks.md#peers); imports nothing of vit_keras; never run by CI.
 """
 
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 
-def timed_rate(run, images, repeats):
-    """Images/s of ``run(images)``: the median of ``repeats`` calls after two warm-up calls."""
-    for _ in range(2):
-        run(images)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run(images)
-        times.append(time.perf_counter() - start)
-    return len(images) / statistics.median(times)
+def seconds(run, images):
+    start = time.perf_counter()
+    run(images)
+    return time.perf_counter() - start
 
 
 def build(name, weights, out):
@@ -108,18 +104,21 @@ def main():
     parser.add_argument("--weights", default=None)
     parser.add_argument("--photos", default=None)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
     model = build(args.name, args.weights, args.out)
     runs, openvino_default = runtimes(model, args.out, args.batch_size)
     images = np.random.default_rng(0).normal(size=(args.batch_size, 3, 224, 224)).astype("float32")
-    rates = {peer: timed_rate(run, images, args.repeats) for peer, run in runs.items()}
-    result = {"rates": rates, "openvino_default_precision": openvino_default, "torch": torch.__version__,
-              "threads": torch.get_num_threads()}
+    for run in runs.values():  # compiled and warm before the first timed call
+        run(images)
+        run(images)
+    ready = {"peers": list(runs), "openvino_default_precision": openvino_default, "torch": torch.__version__,
+             "threads": torch.get_num_threads()}
     if args.photos:
-        result["agreement"], result["top1"] = agreements(runs, np.load(args.photos), args.batch_size)
-    print(json.dumps(result))
+        ready["agreement"], ready["top1"] = agreements(runs, np.load(args.photos), args.batch_size)
+    print(json.dumps(ready), flush=True)
+    for line in sys.stdin:
+        print(json.dumps(seconds(runs[line.strip()], images)), flush=True)
 
 
 if __name__ == "__main__":
