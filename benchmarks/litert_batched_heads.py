@@ -3,7 +3,8 @@
 The export graph computes attention with all heads batched into 4-D ops (``convert.attention_graph``: ~13 ops a
 block); until 2026-12-07 it took one head at a time (~45 ops a block), which is what the int16 graph still does.
 This exports a model both ways in float32, dynamic int8 and static int8 and prints, for each, top-1 agreement
-with Keras, the 1- and 2-thread latency (median of --runs) and their ratio (docs/benchmarks.md).
+with Keras, the 1- and 2-thread latency (median of --runs, the two timed in turns) and their ratio
+(docs/benchmarks.md).
 
     .venv/bin/python benchmarks/litert_batched_heads.py --real /work/real [--runs 60] [--test 200]
 """
@@ -12,7 +13,7 @@ import functools
 import os
 import tempfile
 
-from litert_threads import latency_ms  # benchmarks/ is on the path when a script of it runs
+from litert_threads import latencies_ms  # benchmarks/ is on the path when a script of it runs
 
 
 def main():
@@ -50,7 +51,7 @@ def compare_layouts(graph, attention, model, test, calibration, reference, args)
                 export_tflite(model, out, quantize=mode, calibration=calibration, int8_activations=activations,
                               labels=os.path.join(args.real, "labels.txt"), calibration_size=len(calibration))
                 agree = 100 * (tflite_scores(out, test).argmax(-1) == reference).mean()
-                one, two = latency_ms(out, 1, runs=args.runs), latency_ms(out, 2, runs=args.runs)
+                one, two = latencies_ms(out, (1, 2), runs=args.runs).values()
                 print(f"{layout:19s} {mode:7s} {activations:7s} agree {agree:5.1f}%  1T {one:6.2f} ms  "
                       f"2T {two:6.2f} ms  2T/1T {two / one:.2f}", flush=True)
 

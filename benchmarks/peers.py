@@ -183,8 +183,9 @@ def print_table(name, info, times, ran, agreement, reference, peaks):
     float32_peers = [*FLOAT32_PEERS, *(["OpenVINO default"] if "f32" in info["openvino_default_precision"] else [])]
     best_peer = max(info["peers"], key=rates.get)
     best_float32 = max(float32_peers, key=rates.get)
-    print(f"\n{name}, batch 16, 224 px, images/s (median of {len(next(iter(times.values())))} rounds, every path "
-          f"once a round); best peer: {best_peer} {rates[best_peer]:.1f}; best float32 peer: {best_float32} "
+    rounds = len(next(iter(times.values())))
+    print(f"\n{name}, batch 16, 224 px, images/s (median of {rounds} rounds, each path in turn a round, its second "
+          f"call); best peer: {best_peer} {rates[best_peer]:.1f}; best float32 peer: {best_float32} "
           f"{rates[best_float32]:.1f}")
     print("| path | img/s | spread | x best peer | x best float32 peer | % fp32 peak | % bf16 peak | "
           "top-1 agreement with float32 |")
