@@ -22,10 +22,8 @@ top-1 agreement with its own float32 on the 1,000 photos is printed too. Set up 
 
 import argparse
 import functools
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,44 +35,9 @@ import numpy as np  # noqa: E402
 from vit_keras.constants import BENCH_MODELS, INFERENCE_PRECISIONS  # noqa: E402
 from vit_keras.cpu import cpu_features  # noqa: E402
 from vit_keras.inference.bench import TIMM_NAMES, vit_flops  # noqa: E402
+from vit_keras.inference.served import Served  # noqa: E402
 
 PEERS_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers_reference.py")
-
-
-class Peers:
-    """One model's peers, compiled and warm in ``python`` (benchmarks/peers_reference.py, its own process):
-    ``info`` is what it reported once ready; ``seconds(peer)`` times one batch through a peer there."""
-
-    def __init__(self, python, name, out, weights=None, photos=None):
-        command = [python, PEERS_SCRIPT, TIMM_NAMES[name], "--out", out]
-        command += ["--weights", weights] if weights else []
-        command += ["--photos", photos] if photos else []
-        self.log = tempfile.TemporaryFile("w+")  # its stderr: a pipe left unread could fill and stall it
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        text=True)
-        self.info = self.answer(lambda value: isinstance(value, dict) and "peers" in value)
-
-    def answer(self, wanted):
-        """The next JSON line of its stdout that ``wanted`` accepts (the runtimes print lines of their own)."""
-        for line in self.process.stdout:
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if wanted(value):
-                return value
-        self.log.seek(0)
-        raise RuntimeError(f"the peers stopped (exit {self.process.wait()}):\n{self.log.read()[-3000:]}")
-
-    def seconds(self, peer):
-        self.process.stdin.write(peer + "\n")
-        self.process.stdin.flush()
-        return self.answer(lambda value: isinstance(value, float))
-
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-        self.log.close()
 
 
 def our_paths(name, weights, photos=None):
@@ -166,7 +129,9 @@ def measure(args, name, photos, scratch):
     if real:
         photos_path, weights = os.path.join(scratch, "photos.npy"), os.path.join(args.real, "vit_ti16_in1k.safetensors")
         np.save(photos_path, photos)
-    theirs = Peers(args.peers_python, name, out, weights, photos_path)
+    command = [args.peers_python, PEERS_SCRIPT, TIMM_NAMES[name], "--out", out]
+    command += ["--weights", weights, "--photos", photos_path] if real else []
+    theirs = Served(command)
     try:
         paths, ran, agreement, reference = our_paths(name, os.path.join(out, "model.safetensors"),
                                                      photos if real else None)

@@ -168,3 +168,25 @@ def test_the_check_counts_images_until_it_has_enough_and_warns_once_under_the_fl
     for _ in range(CHECK_IMAGES // 16):
         enough.add(logits, logits)
     assert enough.settled and enough.kept
+
+
+def test_served_times_a_child_process_path_on_request_and_names_why_it_could_not_start(tmp_path):
+    import sys
+
+    from vit_keras.inference.served import Served
+
+    server = tmp_path / "server.py"
+    server.write_text("import json, sys, time\nprint('a runtime line of its own')\n"
+                      "print(json.dumps({'names': ['sleepy']}), flush=True)\n"
+                      "for line in sys.stdin:\n"
+                      "    start = time.perf_counter(); time.sleep(0.05)\n"
+                      "    print(json.dumps(time.perf_counter() - start), flush=True)\n")
+    served = Served([sys.executable, str(server)])
+    try:
+        assert served.info == {"names": ["sleepy"]}
+        assert all(0.05 <= served.seconds("sleepy") < 1 for _ in range(3))
+    finally:
+        served.close()
+    assert served.process.returncode == 0
+    with pytest.raises(RuntimeError, match="exited with 1: ModuleNotFoundError: No module named 'no_such_runtime'"):
+        Served([sys.executable, "-c", "import no_such_runtime"])

@@ -5,12 +5,11 @@
 Prints images/s for ViT-Ti/16, S/16 and B/16 at 224, batch 16: float32 with XLA on and off, bfloat16 and
 int8 as ``vit_keras.predict`` runs them where this CPU computes them fast, the fraction of the measured fp32
 and bf16 matmul peaks, and timm's figures measured in the same run by a child process (``--timm-python``: an
-interpreter that has timm; by default this one) right after ours.
+interpreter that has timm; by default this one), timed in turns with ours (``served``).
 """
 
-import json
+import functools
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from vit_keras.cpu import cpu_features
 from vit_keras.factory import create_model
 from vit_keras.inference.precision import resolve, twin
 from vit_keras.inference.predict import predict_function
+from vit_keras.inference.served import Served
 from vit_keras.models.configs import MODELS, VARIANTS
 from vit_keras.validation import check_choice
 
@@ -83,44 +83,46 @@ MODES = {"xla": ("float32", True, 1), "no-xla": ("float32", False, 1), "micro": 
          "bfloat16": ("bfloat16", False, 4), "int8": ("int8", True, 4)}
 
 
-def keras_throughput(name, batch, image_size, repeats, precisions=INFERENCE_PRECISIONS):
-    """Images/s of ``name`` in each of MODES whose precision is in ``precisions`` and runs fast on this CPU."""
+def keras_throughput(name, batch, image_size, repeats, precisions=INFERENCE_PRECISIONS, others=None):
+    """Images/s of ``name`` in each of MODES whose precision is in ``precisions`` and runs fast on this CPU, and of
+    ``others`` ({label: a function returning the seconds of one batch elsewhere}): all compiled first, then timed
+    in turns, a call of each a round (a shared CPU drifts)."""
     import keras
     import tensorflow as tf
 
     keras.backend.clear_session()
     model = create_model(name, image_size=image_size, include_preprocessing=False)  # timm's forward has none
     images = tf.random.normal((batch, image_size, image_size, 3))
-    forwards = {}
+    paths = {}
     for mode, (precision, jit, micro) in MODES.items():
         if precision not in precisions:
             continue
         runs_as, jit = resolve(precision, jit)
         if runs_as == precision:  # else refused here, with a warning
-            forwards[mode] = predict_function(twin(model, precision), micro, jit)
-    for forward in forwards.values():  # compile all first, then time them in turns: a shared CPU drifts
-        forward(images).numpy()
-    times = {mode: [] for mode in forwards}
+            forward = predict_function(twin(model, precision), micro, jit)
+            forward(images).numpy()
+            paths[mode] = lambda forward=forward: timed(lambda: forward(images).numpy(), warmup=0, repeats=1)
+    paths.update(others or {})
+    times = {label: [] for label in paths}
     for _ in range(repeats):
-        for mode, forward in forwards.items():
-            times[mode].append(timed(lambda: forward(images).numpy(), warmup=0, repeats=1))
-    return {mode: batch / statistics.median(t) for mode, t in times.items()}
+        for label, seconds in paths.items():
+            times[label].append(seconds())
+    return {label: batch / statistics.median(t) for label, t in times.items()}
 
 
-def timm_throughput(python, names, batch, image_size, repeats):
-    """timm's images/s, measured by timm_reference.py in ``python`` (or this interpreter).
+def timm_server(python, names, batch, image_size):
+    """timm's models, compiled and warm in ``python`` (or this interpreter), served by timm_reference.py
+    (``Served``); None, with the reason printed, where it cannot start (no torch or timm there).
 
     The script is run by path, so ``python`` needs torch and timm but not vit_keras."""
     script = Path(__file__).with_name("timm_reference.py")
-    names = [n for n in names if n in TIMM_NAMES]
-    command = [python or sys.executable, str(script), "--batch-size", str(batch), "--image-size", str(image_size),
-               "--repeats", str(repeats), *[TIMM_NAMES[n] for n in names]]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode:
-        print(f"(timm not measured: {result.stderr.strip().splitlines()[-1] if result.stderr else 'failed'})")
-        return {}
-    rates = json.loads(result.stdout.strip().splitlines()[-1])
-    return {n: rates[TIMM_NAMES[n]] for n in names}
+    names = [TIMM_NAMES[n] for n in names if n in TIMM_NAMES]
+    try:
+        return Served([python or sys.executable, str(script), "--batch-size", str(batch), "--image-size",
+                       str(image_size), *names])
+    except RuntimeError as error:
+        print(f"(timm not measured: {error})")
+        return None
 
 
 def main(names=DEFAULT_MODELS, batch=16, image_size=224, repeats=5, timm_python=None,
@@ -142,8 +144,17 @@ def main(names=DEFAULT_MODELS, batch=16, image_size=224, repeats=5, timm_python=
                 for jit in (False, True)}
         bf16_peak = bf16[False]
         print(f"bf16 matmul peak (2048^3): TensorFlow's kernel {bf16[False]:.1f} GFLOPS, XLA's dot {bf16[True]:.1f}")
-    ours = {name: keras_throughput(name, batch, image_size, repeats, precisions) for name in names}
-    theirs = timm_throughput(timm_python, names, batch, image_size, repeats)
+    timm = timm_server(timm_python, names, batch, image_size)
+    ours, theirs = {}, {}
+    try:
+        for name in names:
+            others = {"timm": functools.partial(timm.seconds, TIMM_NAMES[name])} if timm and name in TIMM_NAMES else {}
+            ours[name] = keras_throughput(name, batch, image_size, repeats, precisions, others)
+            if "timm" in ours[name]:
+                theirs[name] = ours[name].pop("timm")
+    finally:
+        if timm:
+            timm.close()
     print(f"\ninference img/s, batch {batch}, {image_size}x{image_size} (x4 micro: vit_keras.predict_function, 4 "
           "concurrent micro-batches; bfloat16 and int8: vit_keras.predict's twins, '-' where not asked for or not "
           "fast on this CPU)")

@@ -1,5 +1,7 @@
-"""timm's inference images/s for the given model names; prints one JSON line. Used by `vit-keras bench`, which runs
-this file by path in an interpreter that has them (it imports nothing of vit_keras).
+"""timm's models served for timing (``served.Served``): builds and warms each name, prints {"names": [...]} once
+ready, then answers each name read from stdin with the seconds of one batch through it. Used by `vit-keras
+bench`, which runs this file by path in an interpreter that has timm and times it in turns with ours (it
+imports nothing of vit_keras).
 
 Needs torch and timm (pip install torch==2.14.1 torchvision==0.29.1 timm); not part of CI.
 """
@@ -7,7 +9,6 @@ Needs torch and timm (pip install torch==2.14.1 torchvision==0.29.1 timm); not p
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -23,23 +24,19 @@ def main():
     parser.add_argument("names", nargs="+")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    rates = {}
-    for name in args.names:
-        model = timm.create_model(name, pretrained=False, img_size=args.image_size).eval()
-        images = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-        with torch.inference_mode():
+    models, images = {}, torch.randn(args.batch_size, 3, args.image_size, args.image_size)
+    with torch.inference_mode():
+        for name in args.names:
+            models[name] = timm.create_model(name, pretrained=False, img_size=args.image_size).eval()
             for _ in range(2):
-                model(images)
-            times = []
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                model(images)
-                times.append(time.perf_counter() - start)
-        rates[name] = args.batch_size / statistics.median(times)
-    print(json.dumps(rates))
+                models[name](images)
+        print(json.dumps({"names": args.names}), flush=True)
+        for line in sys.stdin:
+            start = time.perf_counter()
+            models[line.strip()](images)
+            print(json.dumps(time.perf_counter() - start), flush=True)
 
 
 if __name__ == "__main__":
