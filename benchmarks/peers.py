@@ -26,7 +26,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,8 +33,8 @@ import numpy as np  # noqa: E402
 
 from vit_keras.constants import BENCH_MODELS, INFERENCE_PRECISIONS  # noqa: E402
 from vit_keras.cpu import cpu_features  # noqa: E402
-from vit_keras.inference.bench import TIMM_NAMES, vit_flops  # noqa: E402
-from vit_keras.inference.served import Served  # noqa: E402
+from vit_keras.inference.bench import TIMM_NAMES, timed, vit_flops  # noqa: E402
+from vit_keras.inference.served import Served, in_turns  # noqa: E402
 
 PEERS_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers_reference.py")
 
@@ -62,12 +61,8 @@ def our_paths(name, weights, photos=None):
             return "refused: " + str(caught[0].message)[:60] if caught else "refused"
         return "fell back to float32" if checked is not None and not checked.kept else precision
 
-    def timer(run):
-        def seconds():
-            start = time.perf_counter()
-            np.asarray(run())
-            return time.perf_counter() - start
-        return seconds
+    def timer(run):  # the seconds of one call
+        return lambda: timed(lambda: np.asarray(run()), warmup=0, repeats=1)
 
     keras.backend.clear_session()
     agreement, reference = {}, None
@@ -100,19 +95,6 @@ def our_paths(name, weights, photos=None):
     return paths, ran, agreement, reference
 
 
-def in_turns(paths, rounds, pause=0.3):
-    """{label: [seconds of each round]}: each round runs every path in turn, so a shared CPU's drift over minutes
-    falls on all of them alike; a path runs twice and its second call counts (the first refills the caches and
-    wakes the threads the other runtimes left); ``pause`` lets the last runtime's spinning threads go idle."""
-    times = {label: [] for label in paths}
-    for _ in range(rounds):
-        for label, seconds in paths.items():
-            time.sleep(pause)
-            seconds()
-            times[label].append(seconds())
-    return times
-
-
 def share(rate, gflops, peak):
     return f"{100 * rate * gflops / peak:.0f}%" if peak else "-"
 
@@ -136,7 +118,7 @@ def measure(args, name, photos, scratch):
         paths, ran, agreement, reference = our_paths(name, os.path.join(out, "model.safetensors"),
                                                      photos if real else None)
         paths = {**{peer: functools.partial(theirs.seconds, peer) for peer in theirs.info["peers"]}, **paths}
-        times = in_turns(paths, args.repeats)
+        times = in_turns(paths, args.repeats, pause=0.3, warm_call=True)
     finally:
         theirs.close()
     return theirs.info, times, ran, agreement, reference
@@ -145,7 +127,8 @@ def measure(args, name, photos, scratch):
 def print_table(name, info, times, ran, agreement, reference, peaks):
     gflops = vit_flops(name) / 1e9
     rates = {label: 16 / statistics.median(t) for label, t in times.items()}
-    float32_peers = [*FLOAT32_PEERS, *(["OpenVINO default"] if "f32" in info["openvino_default_precision"] else [])]
+    default = info["openvino_default_precision"]  # "<Type: 'float32'>" where the CPU has no bf16 units
+    float32_peers = [*FLOAT32_PEERS, *(["OpenVINO default"] if "float32" in default or "f32" in default else [])]
     best_peer = max(info["peers"], key=rates.get)
     best_float32 = max(float32_peers, key=rates.get)
     rounds = len(next(iter(times.values())))

@@ -173,7 +173,7 @@ def test_the_check_counts_images_until_it_has_enough_and_warns_once_under_the_fl
 def test_served_times_a_child_process_path_on_request_and_names_why_it_could_not_start(tmp_path):
     import sys
 
-    from vit_keras.inference.served import Served
+    from vit_keras.inference.served import Served, in_turns
 
     server = tmp_path / "server.py"
     server.write_text("import json, sys, time\nprint('a runtime line of its own')\n"
@@ -185,6 +185,11 @@ def test_served_times_a_child_process_path_on_request_and_names_why_it_could_not
     try:
         assert served.info == {"names": ["sleepy"]}
         assert all(0.05 <= served.seconds("sleepy") < 1 for _ in range(3))
+        calls = []
+        local = lambda: calls.append("local") or 0.01  # noqa: E731
+        times = in_turns({"sleepy": lambda: served.seconds("sleepy"), "local": local}, rounds=2, warm_call=True)
+        assert len(times["sleepy"]) == len(times["local"]) == 2 and min(times["sleepy"]) >= 0.05
+        assert times["local"] == [0.01, 0.01] and len(calls) == 4  # twice a round, the second counted
     finally:
         served.close()
     assert served.process.returncode == 0

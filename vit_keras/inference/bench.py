@@ -19,7 +19,7 @@ from vit_keras.cpu import cpu_features
 from vit_keras.factory import create_model
 from vit_keras.inference.precision import resolve, twin
 from vit_keras.inference.predict import predict_function
-from vit_keras.inference.served import Served
+from vit_keras.inference.served import Served, in_turns
 from vit_keras.models.configs import MODELS, VARIANTS
 from vit_keras.validation import check_choice
 
@@ -103,11 +103,7 @@ def keras_throughput(name, batch, image_size, repeats, precisions=INFERENCE_PREC
             forward(images).numpy()
             paths[mode] = lambda forward=forward: timed(lambda: forward(images).numpy(), warmup=0, repeats=1)
     paths.update(others or {})
-    times = {label: [] for label in paths}
-    for _ in range(repeats):
-        for label, seconds in paths.items():
-            times[label].append(seconds())
-    return {label: batch / statistics.median(t) for label, t in times.items()}
+    return {label: batch / statistics.median(t) for label, t in in_turns(paths, repeats).items()}
 
 
 def timm_server(python, names, batch, image_size):

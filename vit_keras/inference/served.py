@@ -8,11 +8,13 @@ timed one after the other do not compare (docs/benchmarks.md#inference-against-t
 
 The script prints one JSON object when ready, then answers each line read from stdin, a path's name, with one
 JSON number: the seconds one batch took (``vit_keras/inference/timm_reference.py``, benchmarks/peers_reference.py).
+``in_turns`` times such paths and in-process ones round by round.
 """
 
 import json
 import subprocess
 import tempfile
+import time
 
 
 class Served:
@@ -51,3 +53,18 @@ class Served:
             self.process.stdin.close()
             self.process.wait(timeout=60)
         self.log.close()
+
+
+def in_turns(paths, rounds, pause=0.0, warm_call=False):
+    """{label: [seconds of each round]} of ``paths`` ({label: a function returning the seconds of one call}): each
+    round calls every path in turn, so a shared CPU's drift over minutes falls on all of them alike.
+    ``warm_call``: a path runs twice a round and its second call counts (the first refills the caches and wakes
+    the threads the other runtimes left); ``pause``: seconds for the last runtime's spinning threads to go idle."""
+    times = {label: [] for label in paths}
+    for _ in range(rounds):
+        for label, seconds in paths.items():
+            time.sleep(pause)
+            if warm_call:
+                seconds()
+            times[label].append(seconds())
+    return times
