@@ -99,6 +99,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         }
 
 
+def gelu(x, approximate=False):
+    """GELU(x) = x Phi(x) (Hendrycks and Gimpel 2016), exactly 0.5 x (1 + erf(x / sqrt 2)); ``approximate``: its tanh form.
+
+    Written out with erf: TensorFlow's exact GELU goes through erfc, which XLA lowers to two polynomial branches
+    and an exp, all evaluated; its erf is one rational polynomial (docs/benchmarks.md#gelu-through-erf)."""
+    if approximate:
+        return ops.gelu(x, approximate=True)
+    return 0.5 * x * (1.0 + ops.erf(x * (1.0 / math.sqrt(2.0))))
+
+
 def query_count(tokens, query_tokens):
     """How many tokens attention answers for: the first ``query_tokens`` (capped at T), or all T."""
     if not query_tokens:
@@ -194,9 +204,9 @@ class TransformerBlock(keras.layers.Layer):
     def mlp(self, x, training=None):
         h = self.fc1(x)
         if keras.backend.standardize_dtype(h.dtype) == "bfloat16":  # TensorFlow's CPU GELU is 2-3x slower in bf16
-            x = ops.cast(ops.gelu(ops.cast(h, "float32"), approximate=self.gelu_approximate), h.dtype)
+            x = ops.cast(gelu(ops.cast(h, "float32"), approximate=self.gelu_approximate), h.dtype)
         else:
-            x = ops.gelu(h, approximate=self.gelu_approximate)
+            x = gelu(h, approximate=self.gelu_approximate)
         x = self.mlp_dropout(x, training=training)
         return self.mlp_dropout(self.fc2(x), training=training)
 
