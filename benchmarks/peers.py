@@ -23,6 +23,7 @@ top-1 agreement with its own float32 on the 1,000 photos is printed too. Set up 
 import argparse
 import functools
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -58,7 +59,10 @@ def our_paths(name, weights, photos=None):
     def what_ran(model, precision, caught):
         checked = AGREEMENTS.get(model, {}).get(precision)
         if precision != "float32" and checked is None:
-            return "refused: " + str(caught[0].message)[:60] if caught else "refused"
+            if not caught:
+                return "refused, ran float32"
+            why = str(caught[0].message).partition("here: ")[2].partition("; using")[0]
+            return f"refused, ran float32: {re.sub(r' [(][^)]*[)]', '', why)}"
         return "fell back to float32" if checked is not None and not checked.kept else precision
 
     def timer(run):  # the seconds of one call
@@ -146,6 +150,7 @@ def print_table(name, info, times, ran, agreement, reference, peaks):
         else:
             precision = label.split()[1]
             agree, on_photos = agreement.get(precision, (None, None)) if "twin" not in label else (None, None)
+            on_photos = "float32" if on_photos and on_photos.startswith("refused") else on_photos
             agree = "-" if agree is None else f"{100 * agree:.1f}% (ran {on_photos})"
             label = f"{label} ({ran[label]})"
         print(f"| {label} | {rate:.1f} | {100 * spread:.0f}% | {rate / rates[best_peer]:.2f} | "
