@@ -10,7 +10,6 @@ its other outputs are never read, so the logits and gradients are the same for l
 its config, so it saves to ``.keras`` and reloads with ``safe_mode=True``.
 """
 
-import copy
 import inspect
 import os
 
@@ -188,7 +187,7 @@ class VisionTransformer(keras.Model):
     # model.quantize also records its quantized layers' dtype policies: rebuilt, they get them back before the
     # weights load, so each layer has the quantized variables the file holds.
     def get_config(self):
-        config = {"name": self.name, "trainable": self.trainable, **copy.deepcopy(dict(self.vit_config))}  # a plain dict: deep-copying the tracked one serializes the whole model
+        config = {"name": self.name, "trainable": self.trainable, **plain(self.vit_config)}
         quantized = {path: keras.dtype_policies.serialize(layer.dtype_policy) for path, layer in sublayers(self)
                      if layer.dtype_policy.quantization_mode}
         return {**config, QUANTIZED_LAYERS: quantized} if quantized else config
@@ -239,6 +238,7 @@ class VisionTransformer(keras.Model):
 
     def fit(self, x=None, y=None, *args, **kwargs):
         check_pixels(x, self.vit_config, "x")
+        build_optimizer(self)
         return super().fit(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
@@ -326,6 +326,29 @@ class VisionTransformer(keras.Model):
 
 QUANTIZED_LAYERS = "quantized_layers"  # get_config's key: {layer path in the model: its quantized dtype policy}
 VIT_KEYWORDS = frozenset(inspect.signature(VisionTransformer.__init__).parameters) - {"self", "kwargs"} | {"trainable"}
+
+
+def plain(value):
+    """A copy of ``value`` with Keras's tracked lists and dicts turned into plain ones: a tracked one holds the model
+    that tracks it, so deep-copying it copies the whole model (0.1-3 s a call)."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(plain(item) for item in value)
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
+def build_optimizer(model):
+    """Create the compiled optimizer's variables before ``fit`` traces its train step. Without a distribution
+    strategy, Keras's TensorFlow trainer creates them inside the step's first trace, and TensorFlow then traces the
+    step a second time: twice the wait for the first step (docs/training.md#the-first-step)."""
+    optimizer = getattr(model, "optimizer", None)
+    if keras.backend.backend() != "tensorflow" or optimizer is None or optimizer.built or not model.built:
+        return
+    with model.distribute_strategy.scope():
+        optimizer.build(model.trainable_variables)
 
 
 def check_class_names(class_names, num_classes):
