@@ -84,6 +84,21 @@ def fit_steps(fashion, precision, steps=12, seed=0):
         train.set_precision("float32")
 
 
+def test_fit_traces_the_train_step_once_and_get_config_holds_plain_values():
+    """Keras's TensorFlow trainer builds the optimizer inside the step's first trace and then traces it again;
+    VisionTransformer.fit builds it first. A tracked list deep-copied the model on every get_config."""
+    model = tiny_model(class_names=[f"c{i}" for i in range(10)])
+    model.compile(optimizer="adamw", loss="categorical_crossentropy", jit_compile=False)
+    traced, step = [], model.train_step
+    model.train_step = lambda data: traced.append(data) or step(data)
+    images, labels = np.zeros((8, 28, 28, 1), "float32"), np.eye(10)[np.arange(8)]
+    history = model.fit(images, labels, batch_size=4, epochs=2, verbose=0).history
+    assert len(traced) == 1 and len(history["loss"]) == 2 and model.optimizer.iterations.numpy() == 4
+    config = model.get_config()
+    assert type(config["class_names"]) is list and config["class_names"][3] == "c3"
+    assert type(config["image_size"]) is tuple
+
+
 def test_a_few_steps_on_fashion_mnist_lower_the_loss(fashion):
     before, after, _ = fit_steps(fashion, "float32", steps=16)
     assert after < before - 0.3, (before, after)
