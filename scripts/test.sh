@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20 "$@"

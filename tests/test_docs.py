@@ -41,7 +41,7 @@ SKIP_MARK = re.compile(r"^<!--\s*docs-test:\s*skip:\s*(?P<reason>.+?)\s*-->\s*$"
 SMALL = {
     "vit_keras.training.api.finetune_recipe": dict(image_size=64, epochs=1, min_steps=2, batch_size=8,
                                                    jit_compile=False),
-    "vit_keras.training.train.train": dict(min_steps=2, teacher_steps=2, batch_size=8),
+    "vit_keras.training.train.train": dict(min_steps=2, teacher_steps=2, batch_size=8, jit_compile=False),
 }
 CIFAR10 = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 FASHION_IMAGES = {"train": 40, "t10k": 20}
