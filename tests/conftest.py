@@ -39,10 +39,9 @@ def models(tmp_path_factory):
 
 # The longest files first (measured: docs/benchmarks.md, "The test suite"), so that with `-n 2 --dist loadfile
 # --no-loadscope-reorder` (scripts/test.sh) the short ones fill in at the end and no worker waits long for the other.
-LONGEST_FIRST = ("test_train.py", "test_docs.py", "test_train_jax.py", "test_faults.py", "test_backends.py",
-                 "test_web_export.py", "test_convert.py", "test_notebooks.py", "test_stream.py", "test_keras_quantize.py",
-                 "test_microbatch.py", "test_app.py", "test_precision.py", "test_compat.py", "test_recipe.py",
-                 "test_ship.py", "test_pretrained.py")
+LONGEST_FIRST = ("test_train.py", "test_train_jax.py", "test_backends.py", "test_docs.py", "test_web_export.py",
+                 "test_convert.py", "test_notebooks.py", "test_microbatch.py", "test_app.py", "test_compat.py",
+                 "test_ship.py")
 
 
 def pytest_collection_modifyitems(items):
