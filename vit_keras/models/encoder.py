@@ -100,7 +100,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
 
 def gelu(x, approximate=False):
-    """GELU(x) = x Phi(x) (Hendrycks and Gimpel 2016), exactly 0.5 x (1 + erf(x / sqrt 2)); ``approximate``: its tanh form.
+    """GELU(x) = x Phi(x) (Hendrycks and Gimpel 2016), exactly 0.5 x (1 + erf(x / sqrt 2));
+    ``approximate``: its tanh form.
 
     Written out with erf: TensorFlow's exact GELU goes through erfc, which XLA lowers to two polynomial branches
     and an exp, all evaluated; its erf is one rational polynomial (docs/benchmarks.md#gelu-through-erf)."""

@@ -330,7 +330,7 @@ VIT_KEYWORDS = frozenset(inspect.signature(VisionTransformer.__init__).parameter
 
 def plain(value):
     """A copy of ``value`` with Keras's tracked lists and dicts turned into plain ones: a tracked one holds the model
-    that tracks it, so deep-copying it copies the whole model (0.1-3 s a call)."""
+    that tracks it, so deep-copying it copies the whole model (docs/training.md#the-first-step)."""
     if isinstance(value, dict):
         return {key: plain(item) for key, item in value.items()}
     if isinstance(value, tuple):
