@@ -63,6 +63,13 @@ def wait_for(path, timeout=600):
     return path
 
 
+def forward(model, images):
+    """The model's outputs through its compiled predict step, as a user's ``predict`` runs it. JAX compiles every
+    eager op on its own, so eager calls of nine small models were most of its worker's time; the step compiles each
+    model once (docs/benchmarks.md, "The test suite")."""
+    return np.asarray(model.predict_on_batch(images))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out_dir")
@@ -82,7 +89,7 @@ def main():
     for case, (name, config, file_name, size) in CASES.items():
         model = vit_keras.create_model(name, weights=checkpoint_path(case, file_name, args.out_dir),
                                        include_preprocessing=False, **config)  # fed normalized images
-        results[f"logits/{case}"] = numpy(model(wc.images(size, seeds[case])))
+        results[f"logits/{case}"] = forward(model, wc.images(size, seeds[case]))
     name, config, file_name, size = CASES["google_augreg"]
     model = vit_keras.create_model(name, weights=os.path.join(FIXTURES, file_name), include_preprocessing=False,
                                    **config)
@@ -92,7 +99,7 @@ def main():
     results["predict"] = vit_keras.predict(model, np.concatenate([images, images[:1]]), batch_size=2)  # 2 + 1
     results["heatmap"] = np.asarray(visualize.attention_heatmap(model, (images + 1) * 127.5))
     resized = vit_keras.resize_model(model, (96, 80))
-    results["resized"] = numpy(resized(wc.images((96, 80), 0)))
+    results["resized"] = forward(resized, wc.images((96, 80), 0))
     # Recorded before saving: Keras's own serialization imports TensorFlow whenever it is installed.
     results["modules"] = np.asarray(sorted({m.split(".")[0] for m in sys.modules} & {"tensorflow", "jax", "torch"}))
     partial = os.path.join(args.out_dir, f"partial_{backend}.keras")
@@ -100,7 +107,7 @@ def main():
     os.replace(partial, os.path.join(args.out_dir, f"{backend}.keras"))
     for path in args.load:
         model = vit_keras.load_model(wait_for(path))
-        results[f"loaded/{os.path.splitext(os.path.basename(path))[0]}"] = numpy(model(wc.images(64, 0)))
+        results[f"loaded/{os.path.splitext(os.path.basename(path))[0]}"] = forward(model, wc.images(64, 0))
     np.savez(os.path.join(args.out_dir, f"{backend}.npz"), **results)
 
 
