@@ -27,6 +27,7 @@ import re
 import statistics
 import sys
 import tempfile
+import typing
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -59,11 +60,9 @@ def our_paths(name, weights, photos=None):
     def what_ran(model, precision, caught):
         checked = AGREEMENTS.get(model, {}).get(precision)
         if precision != "float32" and checked is None:
-            if not caught:
-                return "refused, ran float32"
-            why = str(caught[0].message).partition("here: ")[2].partition("; using")[0]
-            return f"refused, ran float32: {re.sub(r' [(][^)]*[)]', '', why)}"
-        return "fell back to float32" if checked is not None and not checked.kept else precision
+            why = str(caught[0].message).partition("here: ")[2].partition("; using")[0] if caught else ""
+            return Ran("float32", "refused", re.sub(r" [(][^)]*[)]", "", why))
+        return Ran("float32", "fell back") if checked is not None and not checked.kept else Ran(precision)
 
     def timer(run):  # the seconds of one call
         return lambda: timed(lambda: np.asarray(run()), warmup=0, repeats=1)
@@ -91,12 +90,28 @@ def our_paths(name, weights, photos=None):
         label = f"vit_keras.predict {precision}"
         ran[label] = what_ran(model, precision, caught)
         paths[label] = timer(lambda p=precision: vit_keras.predict(model, batch, batch_size=16, precision=p))
-        if ran[label] == "fell back to float32":  # and what the twin itself runs at
+        if ran[label].note == "fell back":  # and what the twin itself runs at
             forward = predict_function(twin(model, precision), 4, resolve(precision)[1])
             forward(batch)
             paths[label + " twin alone"] = timer(lambda f=forward: f(batch))
-            ran[label + " twin alone"] = "not checked"
+            ran[label + " twin alone"] = Ran(precision, "not checked")
     return paths, ran, agreement, reference
+
+
+class Ran(typing.NamedTuple):
+    """What one of our paths computed in, ``precision``, and ``note`` where that is not what was asked: "refused"
+    (the CPU lacks the units; ``reason`` says which), "fell back" (its agreement check failed) or "not checked" (a
+    fallen-back twin, timed alone)."""
+    precision: str
+    note: str = ""
+    reason: str = ""
+
+    def __str__(self):
+        if self.note == "refused":
+            return f"refused, ran {self.precision}" + (f": {self.reason}" if self.reason else "")
+        if self.note == "fell back":
+            return f"fell back to {self.precision}"
+        return self.note or self.precision
 
 
 def share(rate, gflops, peak):
@@ -150,8 +165,10 @@ def print_table(name, info, times, ran, agreement, reference, peaks):
         else:
             precision = label.split()[1]
             agree, on_photos = agreement.get(precision, (None, None)) if "twin" not in label else (None, None)
-            on_photos = "float32" if on_photos and on_photos.startswith("refused") else on_photos
-            agree = "-" if agree is None else f"{100 * agree:.1f}% (ran {on_photos})"
+            if agree is None:
+                agree = "-"
+            else:  # a refusal's reason is already in the path's label
+                agree = f"{100 * agree:.1f}% (ran {on_photos.precision if on_photos.note == 'refused' else on_photos})"
             label = f"{label} ({ran[label]})"
         print(f"| {label} | {rate:.1f} | {100 * spread:.0f}% | {rate / rates[best_peer]:.2f} | "
               f"{rate / rates[best_float32]:.2f} | {share(rate, gflops, peaks[0])} | {share(rate, gflops, peaks[1])} "
