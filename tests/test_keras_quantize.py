@@ -112,6 +112,47 @@ def test_every_named_model_quantizes_saves_and_reloads(name, tmp_path):
     keras.backend.clear_session()
 
 
+def full_collections(action):
+    """How many full (generation-2) garbage collections ``action()`` ran over the whole heap: with no object
+    frozen (a collection while the older objects are frozen walks only the new ones)."""
+    import gc
+
+    started = []
+
+    def count(phase, info):
+        if phase == "start" and info["generation"] == 2 and not gc.get_freeze_count():
+            started.append(1)
+
+    gc.callbacks.append(count)
+    try:
+        action()
+    finally:
+        gc.callbacks.remove(count)
+    return len(started)
+
+
+def test_quantize_and_reload_run_one_garbage_collection_not_one_a_layer(tmp_path):
+    """Keras collects garbage after each variable a layer deletes: a pass over the whole heap for every Dense
+    layer quantize touches. Ours walk the heap once, and leave the collector as they found it, a process's own
+    frozen objects included."""
+    import gc
+
+    model = vit_keras.create_model("vit_ti16", image_size=32, patch_size=8, **{**TINY, "num_layers": 4})
+    dense = sum(isinstance(layer, keras.layers.Dense) for layer in model._flatten_layers())
+    assert dense == 17
+    assert full_collections(lambda: model.quantize("int8")) == 1 and gc.get_freeze_count() == 0
+    model.save(tmp_path / "model.keras")
+    assert full_collections(lambda: vit_keras.load_model(tmp_path / "model.keras")) == 1
+    gc.freeze()  # a process that froze its own objects (a pre-fork server) keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        vit_keras.create_model("vit_ti16", image_size=32, patch_size=8, **TINY).quantize("int8")
+        assert gc.get_freeze_count() >= frozen
+    finally:
+        gc.unfreeze()
+    keras.backend.clear_session()
+
+
 def test_the_quick_recipe_model_quantizes_and_exports(tmp_path):
     """scripts/main.sh's model (conv stem, GAP, no class token) through quantize, save, reload and export."""
     from vit_keras.training.train import build_model_to_train

@@ -4,6 +4,8 @@ They are why Keras and TensorFlow are pinned to one minor version (pyproject.tom
 to check. ``check_versions`` names what was verified; each wrapper fails with a message naming the internal.
 """
 
+import contextlib
+import gc
 import warnings
 
 VERIFIED = {"keras": "3.15", "tensorflow": "2.21"}  # minor versions these internals were checked against
@@ -85,3 +87,24 @@ def output_indices(interpreter):
 
 
 check_versions()
+
+
+@contextlib.contextmanager
+def one_garbage_collection():
+    """Run a block that deletes Keras variables with one garbage collection at its end.
+
+    Keras's ``Layer.__delattr__`` runs ``gc.collect()`` after every variable a layer deletes, a pass over the whole
+    heap each time; quantizing a ViT deletes one kernel per Dense layer
+    (docs/export.md#quantize-and-the-garbage-collector). The objects that exist before the block are frozen for its
+    length (``gc.freeze``), so those passes walk only the new ones; one full pass follows. A process that froze
+    objects of its own keeps its choice: nothing changes.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.collect()

@@ -198,11 +198,17 @@ class VisionTransformer(keras.Model):
         quantized = config.pop(QUANTIZED_LAYERS, None) or {}
         model = cls(**config)
         layers = dict(sublayers(model))
-        for path, policy in quantized.items():
-            if path not in layers:
-                raise ValueError(f"`{QUANTIZED_LAYERS}` names layer {path!r}, which this model does not have.")
-            layers[path].dtype_policy = keras.dtype_policies.deserialize(policy)  # quantizes the built layer
+        with framework.one_garbage_collection():
+            for path, policy in quantized.items():
+                if path not in layers:
+                    raise ValueError(f"`{QUANTIZED_LAYERS}` names layer {path!r}, which this model does not have.")
+                layers[path].dtype_policy = keras.dtype_policies.deserialize(policy)  # quantizes the built layer
         return model
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Keras's ``quantize``, with one garbage collection instead of one for each layer it quantizes."""
+        with framework.one_garbage_collection():
+            super().quantize(mode, config=config, filters=filters, **kwargs)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """Keras's export. A model that ``quantize`` made int8 or float8 exports to LiteRT as its float twin,
