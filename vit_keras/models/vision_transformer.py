@@ -197,6 +197,8 @@ class VisionTransformer(keras.Model):
         config = dict(config)
         quantized = config.pop(QUANTIZED_LAYERS, None) or {}
         model = cls(**config)
+        if not quantized:
+            return model
         layers = dict(sublayers(model))
         with framework.one_garbage_collection():
             for path, policy in quantized.items():
