@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import keras  # noqa: E402
 
 import vit_keras  # noqa: E402
+from vit_keras.framework import flatten_layers  # noqa: E402
 
 
 def dense_only(layer):
@@ -39,7 +40,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     model = vit_keras.create_model(args.model)
-    print(f"{args.model}: {sum(dense_only(layer) for layer in model._flatten_layers())} Dense layers; "
+    print(f"{args.model}: {sum(map(dense_only, flatten_layers(model)))} Dense layers; "
           f"{len(gc.get_objects()):,} objects tracked by the collector")
     times = {"keras.Model.quantize (a collection a layer)": [], "VisionTransformer.quantize (one)": []}
     for _ in range(args.repeats):
