@@ -1,4 +1,5 @@
-"""Every private Keras, TensorFlow and LiteRT internal the project relies on, in one place, each with its reason.
+"""Every private Keras, TensorFlow and LiteRT internal the project relies on, in one place, each with its reason;
+and the Keras behaviours it works around for speed.
 
 They are why Keras and TensorFlow are pinned to one minor version (pyproject.toml): an upgrade has this one module
 to check. ``check_versions`` names what was verified; each wrapper fails with a message naming the internal.
@@ -86,7 +87,18 @@ def output_indices(interpreter):
     return [int(t) for t in internal(interpreter, "_interpreter").OutputIndices()]
 
 
-check_versions()
+# Keras behaviours worked around: each costs time, not correctness.
+def build_optimizer(model):
+    """Create the compiled optimizer's variables before ``fit`` traces its train step. Without a distribution
+    strategy, Keras's TensorFlow trainer creates them inside the step's first trace, and TensorFlow then traces the
+    step a second time: twice the wait for the first step (docs/training.md#the-first-step)."""
+    import keras
+
+    optimizer = getattr(model, "optimizer", None)
+    if keras.backend.backend() != "tensorflow" or optimizer is None or optimizer.built or not model.built:
+        return
+    with model.distribute_strategy.scope():
+        optimizer.build(model.trainable_variables)
 
 
 @contextlib.contextmanager
@@ -108,3 +120,6 @@ def one_garbage_collection():
     finally:
         gc.unfreeze()
         gc.collect()
+
+
+check_versions()

@@ -246,7 +246,7 @@ class VisionTransformer(keras.Model):
 
     def fit(self, x=None, y=None, *args, **kwargs):
         check_pixels(x, self.vit_config, "x")
-        build_optimizer(self)
+        framework.build_optimizer(self)
         return super().fit(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
@@ -346,17 +346,6 @@ def plain(value):
     if isinstance(value, list):
         return [plain(item) for item in value]
     return value
-
-
-def build_optimizer(model):
-    """Create the compiled optimizer's variables before ``fit`` traces its train step. Without a distribution
-    strategy, Keras's TensorFlow trainer creates them inside the step's first trace, and TensorFlow then traces the
-    step a second time: twice the wait for the first step (docs/training.md#the-first-step)."""
-    optimizer = getattr(model, "optimizer", None)
-    if keras.backend.backend() != "tensorflow" or optimizer is None or optimizer.built or not model.built:
-        return
-    with model.distribute_strategy.scope():
-        optimizer.build(model.trainable_variables)
 
 
 def check_class_names(class_names, num_classes):

@@ -17,7 +17,7 @@ import time
 import keras
 
 from vit_keras.data.targets import DISTILL_WEIGHT, hard_targets  # noqa: F401  (the targets this module trains for)
-from vit_keras.models.vision_transformer import build_optimizer
+from vit_keras.framework import build_optimizer
 from vit_keras.training.runs import TEACHER_FILE, save_model
 
 TEACHER_LEARNING_RATE = 1e-3
