@@ -678,9 +678,10 @@ np.savez(sys.argv[1], *model.get_weights(), step=max(float(np.abs(a - b).max()) 
 """
 
 
-def run_workers(commands, timeout=600):
-    """One MultiWorkerMirroredStrategy worker process per command (argv lists), on 127.0.0.1; returns their
-    outputs after checking that they all succeeded."""
+def run_workers(commands, log_dir, timeout=600):
+    """One MultiWorkerMirroredStrategy worker process per command (argv lists), on 127.0.0.1, each logging to a
+    file in ``log_dir``; checks that they all succeeded. Files, not pipes: a worker whose unread pipe fills up blocks
+    on its next log line, stops its heartbeats, and its peer aborts with "tasks are unhealthy"."""
     sockets = [socket.socket() for _ in commands]
     for s in sockets:  # hold every port until all are chosen, so no two are the same
         s.bind(("127.0.0.1", 0))
@@ -690,12 +691,18 @@ def run_workers(commands, timeout=600):
     processes = []
     for index, command in enumerate(commands):
         tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-        processes.append(subprocess.Popen(command, cwd=ROOT, env={**os.environ, "TF_CONFIG": tf_config},
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [process.communicate(timeout=timeout) for process in processes]
-    for process, (_, err) in zip(processes, outputs):
-        assert process.returncode == 0, err[-3000:]
-    return outputs
+        with open(log_dir / f"worker{index}.log", "w") as log:
+            processes.append(subprocess.Popen(command, cwd=ROOT, env={**os.environ, "TF_CONFIG": tf_config},
+                                              stdout=log, stderr=subprocess.STDOUT))
+    try:
+        for process in processes:
+            process.wait(timeout=timeout)
+    finally:
+        for process in processes:  # a hung peer must not outlive the test
+            process.kill()
+    failed = [index for index, process in enumerate(processes) if process.returncode != 0]
+    assert not failed, "\n".join(f"worker {index}:\n" + (log_dir / f"worker{index}.log").read_text()[-3000:]
+                                  for index in failed)
 
 
 @pytest.mark.slow
@@ -706,7 +713,7 @@ def test_multi_worker_sgd_steps_equal_one_workers(tmp_path):
     with np.load(tmp_path / "one.npz") as reference:
         expected, step = [reference[f"arr_{i}"] for i in range(len(reference.files) - 1)], float(reference["step"])
     paths = [str(tmp_path / f"worker{index}.npz") for index in range(2)]
-    run_workers([[sys.executable, "-c", MULTI_WORKER_SGD, path, "multi_worker"] for path in paths])
+    run_workers([[sys.executable, "-c", MULTI_WORKER_SGD, path, "multi_worker"] for path in paths], tmp_path)
     for path in paths:
         with np.load(path) as worker:
             gap = max(float(np.abs(worker[f"arr_{i}"] - w).max()) for i, w in enumerate(expected))
@@ -719,7 +726,7 @@ def test_multi_worker_mirrored_two_processes_match_one_worker(tmp_path):
             "--augment", "none", "--no-jit", "--quiet", *TINY_ARGS]  # a fixed LR, as in MIRRORED
     assert cli.main([*args, "--strategy", "default", "--out", str(tmp_path / "one")]) == 0
     run_workers([[sys.executable, "-m", "vit_keras.apps.cli", *args, "--strategy", "multi_worker", "--out",
-                  str(tmp_path / "two")]] * 2)
+                  str(tmp_path / "two")]] * 2, tmp_path)
     config = json.loads((tmp_path / "two" / "config.json").read_text())
     assert config["replicas"] == 2
     a = keras.saving.load_model(tmp_path / "one" / "model.keras", compile=False).get_weights()
