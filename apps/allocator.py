@@ -36,11 +36,27 @@ def find_tcmalloc():
     return None
 
 
+def tcmalloc_environment(environ=None):
+    """A copy of ``environ`` (default: this process's) that starts processes under tcmalloc, ahead of any
+    library it preloads already, or None where none can be: not Linux, opted out (``VIT_KERAS_TCMALLOC=0``), or not
+    installed."""
+    environ = os.environ if environ is None else environ
+    if not sys.platform.startswith("linux") or environ.get("VIT_KERAS_TCMALLOC", "1") == "0":
+        return None
+    library = find_tcmalloc()
+    if library is None:
+        return None
+    env = dict(environ, LD_PRELOAD=" ".join(filter(None, (library, environ.get("LD_PRELOAD", "")))))
+    # tcmalloc reports allocations over 1 GB on stderr; a big dataset in memory is not news
+    env.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
+    return env
+
+
 def reexec_with_tcmalloc():
     """Start this command again, the same way (console script or ``python -m``), under tcmalloc.
 
-    Returns (without re-executing) on non-Linux systems, when opted out, when tcmalloc is already
-    loaded or not installed. In the re-executed process it restores the caller's ``LD_PRELOAD``.
+    Returns (without re-executing) where tcmalloc is loaded already or ``tcmalloc_environment`` gives none. In
+    the re-executed process it restores the caller's ``LD_PRELOAD``.
     """
     if _MARK in os.environ:
         previous = os.environ.pop(_MARK)
@@ -49,17 +65,10 @@ def reexec_with_tcmalloc():
         else:
             os.environ.pop("LD_PRELOAD", None)
         return
-    if not sys.platform.startswith("linux") or os.environ.get("VIT_KERAS_TCMALLOC", "1") == "0":
+    env = None if tcmalloc_loaded() else tcmalloc_environment()
+    if env is None:
         return
-    if tcmalloc_loaded():
-        return
-    library = find_tcmalloc()
-    if library is None:
-        return
-    previous = os.environ.get("LD_PRELOAD", "")
-    env = dict(os.environ, LD_PRELOAD=" ".join(filter(None, (library, previous))), **{_MARK: previous})
-    # tcmalloc reports allocations over 1 GB on stderr; a big dataset in memory is not news
-    env.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 40))
+    env[_MARK] = os.environ.get("LD_PRELOAD", "")
     sys.stdout.flush()
     sys.stderr.flush()
     # The same command line, interpreter options (-u, -X, -W) and `-m module` or script included.

@@ -5,10 +5,22 @@ hand-written IDX files, so the other tests need no reader of their own. Plain he
 ordinary modules (``app_models.py``, ``weight_checkpoints.py``): a conftest is not reliably importable by name.
 """
 
+import os
+
 import pytest
 
 from app_models import shared_models
+from vit_keras.apps.allocator import tcmalloc_environment, tcmalloc_loaded
 from vit_keras.data.datasets import load_arrays
+
+
+def pytest_configure(config):
+    """xdist's workers, started after this, and every process the tests start run under tcmalloc, as the CLI runs
+    itself (apps/allocator.py): under glibc's malloc each XLA step faults its buffers in afresh."""
+    env = None if tcmalloc_loaded() else tcmalloc_environment()
+    if env is not None:
+        os.environ["LD_PRELOAD"] = env["LD_PRELOAD"]
+        os.environ["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"] = env["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"]
 
 
 def read_only(arrays):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vit_keras.apps.allocator import find_tcmalloc
+from vit_keras.apps.allocator import find_tcmalloc, tcmalloc_environment
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD is Linux-only")
 
@@ -46,3 +46,10 @@ def test_reexec_runs_under_tcmalloc_with_the_same_arguments_and_a_clean_environm
 
 def test_opt_out(tmp_path):
     assert run_probe(tmp_path, VIT_KERAS_TCMALLOC="0")["loaded"] is False
+
+
+def test_the_environment_preloads_tcmalloc_ahead_of_the_callers_library():
+    env = tcmalloc_environment({"LD_PRELOAD": "libcallers.so", "PATH": "/bin"})
+    assert env["LD_PRELOAD"] == f"{find_tcmalloc()} libcallers.so" and env["PATH"] == "/bin"
+    assert int(env["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"]) >= 1 << 40  # no report for a big dataset in memory
+    assert tcmalloc_environment({"VIT_KERAS_TCMALLOC": "0"}) is None
