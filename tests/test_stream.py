@@ -328,7 +328,7 @@ JAX_RUN = """
 import json, sys
 from vit_keras.training import train
 config = train.train(sys.argv[1], sys.argv[2], input_mode="stream", epochs=1, batch_size=16, distill="none",
-                     jit_compile=False, verbose=0, tensorboard=False,
+                     jit_compile=True, verbose=0, tensorboard=False,
                      model_overrides=dict(hidden_size=32, num_heads=2, mlp_dim=64, num_layers=1))
 print(json.dumps(dict(steps=config["steps_per_epoch"], completed=config["completed"],
                       pipelines=sorted(m for m in sys.modules if m.startswith("vit_keras.data.stream")))))
