@@ -53,6 +53,25 @@ def test_warmup_cosine_schedule_and_serialization():
         train.WarmupCosine(1e-3, total_steps=10, warmup_steps=20)
 
 
+def test_a_traced_step_computes_the_scheduled_rate_once_and_follows_the_step():
+    import tensorflow as tf
+
+    schedule = train.WarmupCosine(1e-3, total_steps=100, warmup_steps=10)
+    optimizer = train.make_optimizer(schedule)
+    optimizer.build([keras.Variable(np.ones(3, "float32"))])
+
+    @tf.function
+    def step():
+        first, second = optimizer.learning_rate, optimizer.learning_rate  # as Keras reads it, once a variable
+        assert first is second  # one formula in the graph, not one a read
+        optimizer.iterations.assign_add(1)
+        return first
+
+    assert [float(step()) for _ in range(3)] == pytest.approx([0.0, 1e-4, 2e-4])  # read before the increment
+    assert float(optimizer.learning_rate) == pytest.approx(3e-4)  # eager reads compute it afresh
+    assert float(schedule(55)) == pytest.approx(0.5e-3)
+
+
 def test_no_weight_decay_on_norms_biases_position_embedding_and_cls():
     model = tiny_model(pooling="token", class_token=True)
     optimizer = train.make_optimizer(1e-3)

@@ -101,6 +101,17 @@ def build_optimizer(model):
         optimizer.build(model.trainable_variables)
 
 
+def tracing_graph():
+    """The TensorFlow graph a ``tf.function`` is tracing now, or None (eager, or another backend)."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    return tf.compat.v1.get_default_graph() if tf.inside_function() else None
+
+
 @contextlib.contextmanager
 def one_garbage_collection():
     """Run a block that deletes Keras variables with one garbage collection at its end.

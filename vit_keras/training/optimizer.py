@@ -9,6 +9,7 @@ import math
 import keras
 
 from vit_keras.constants import OPTIMIZERS, PRECISIONS
+from vit_keras.framework import tracing_graph
 from vit_keras.models.layers import register
 from vit_keras.validation import check_choice
 
@@ -30,8 +31,19 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
         self.peak, self.end = float(peak), float(end)
         self.total_steps, self.warmup_steps = int(total_steps), int(warmup_steps)
         self.steps_per_update = int(steps_per_update)
+        self._traced = (None, None, None)  # (graph, step, rate): the rate of the step being traced
 
     def __call__(self, step):
+        # Keras's optimizers read the learning rate once a variable, so a traced TensorFlow step held ~150 copies
+        # of this formula, a third of ViT-Ti's train-step ops (docs/training.md#the-first-step): one a trace is kept.
+        graph = tracing_graph()
+        if graph is not None and self._traced[0] is graph and self._traced[1] is step:
+            return self._traced[2]
+        rate = self.rate_at(step)
+        self._traced = (graph, step, rate) if graph is not None else (None, None, None)
+        return rate
+
+    def rate_at(self, step):
         ops = keras.ops
         step = ops.floor(ops.cast(step, "float32") / self.steps_per_update)
         warmup = self.peak * step / max(self.warmup_steps, 1)
