@@ -19,8 +19,7 @@ def pytest_configure(config):
     itself (apps/allocator.py): under glibc's malloc each XLA step faults its buffers in afresh."""
     env = None if tcmalloc_loaded() else tcmalloc_environment()
     if env is not None:
-        os.environ["LD_PRELOAD"] = env["LD_PRELOAD"]
-        os.environ["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"] = env["TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD"]
+        os.environ.update(env)
 
 
 def read_only(arrays):

@@ -699,8 +699,9 @@ np.savez(sys.argv[1], *model.get_weights(), step=max(float(np.abs(a - b).max()) 
 
 def run_workers(commands, log_dir, timeout=600):
     """One MultiWorkerMirroredStrategy worker process per command (argv lists), on 127.0.0.1, each logging to a
-    file in ``log_dir``; checks that they all succeeded. Files, not pipes: a worker whose unread pipe fills up blocks
-    on its next log line, stops its heartbeats, and its peer aborts with "tasks are unhealthy"."""
+    file in ``log_dir``; checks that they all succeeded, showing each failed worker's own log (a worker that dies
+    makes its peer fail with "tasks are unhealthy", which says nothing of why). Files, not pipes: no worker can
+    block on a pipe nobody reads while the test waits on its peer."""
     sockets = [socket.socket() for _ in commands]
     for s in sockets:  # hold every port until all are chosen, so no two are the same
         s.bind(("127.0.0.1", 0))

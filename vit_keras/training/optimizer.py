@@ -37,8 +37,9 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
         # Keras's optimizers read the learning rate once a variable, so a traced TensorFlow step held ~150 copies
         # of this formula, a third of ViT-Ti's train-step ops (docs/training.md#the-first-step): one a trace is kept.
         graph = tracing_graph()
-        if graph is not None and self._traced[0] is graph and self._traced[1] is step:
-            return self._traced[2]
+        traced_graph, traced_step, traced_rate = self._traced  # one read: another thread may trace meanwhile
+        if graph is not None and traced_graph is graph and traced_step is step:
+            return traced_rate
         rate = self.rate_at(step)
         self._traced = (graph, step, rate) if graph is not None else (None, None, None)
         return rate
