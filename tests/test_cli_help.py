@@ -66,8 +66,8 @@ def test_train_states_the_recipes_values():
     helps = {action.dest: expanded_help(parser, action) for action in parser._actions}
     epochs = ", ".join(f"{LIBRARY_RECIPES[recipe]['epochs']} {recipe}" for recipe in RECIPES)
     assert f"(default: the recipe's: {epochs})" in helps["epochs"]  # "20 quick, 90 long, 3 finetune"
-    for setting in ("batch_size", "optimizer", "weight_decay", "label_smoothing", "drop_path", "warmup_epochs",
-                    "augment", "crop_scale", "mixup", "cutmix", "erase", "teacher_steps"):
+    for setting in ("batch_size", "optimizer", "weight_decay", "label_smoothing", "drop_path", "patch_dropout",
+                    "warmup_epochs", "augment", "crop_scale", "mixup", "cutmix", "erase", "teacher_steps"):
         assert "the recipe's: " in helps[setting], setting
     quick = LIBRARY_RECIPES["quick"]
     assert f"{quick['base_lr'] * quick['batch_size'] / BASE_BATCH_SIZE:g} quick" in helps["lr"]

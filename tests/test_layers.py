@@ -7,7 +7,7 @@ import vit_keras  # noqa: F401  (registers the layers)
 import keras
 from keras import ops
 from vit_keras.models.encoder import MultiHeadSelfAttention, TransformerBlock
-from vit_keras.models.layers import DropPath, PatchEncoder, Patches
+from vit_keras.models.layers import DropPath, PatchDropout, PatchEncoder, Patches, kept_patches
 from vit_keras.models.readout import TokenPooling
 from vit_keras.models.stems import ConvStem, ResNetV2Stem, StdConv2D
 
@@ -198,6 +198,53 @@ def test_drop_path_drops_whole_samples_only_in_training():
     assert 0 < (per_sample[:, 0] == 0).sum() < 64
 
 
+
+def test_patch_dropout_keeps_the_prefix_and_a_random_subset_of_each_images_own_patches():
+    """PatchDropout, training: the prefix tokens first and unchanged, then kept_patches(N, rate) distinct patch
+    tokens of the same image (each a row of its own input), a different subset per image; inference: z as is."""
+    batch, prefix, patches, width = 6, 2, 16, 4
+    z = np.random.default_rng(0).normal(size=(batch, prefix + patches, width)).astype("float32")
+    layer = PatchDropout(0.5, prefix_tokens=prefix, seed=1)
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer(z)), z)
+    out = ops.convert_to_numpy(layer(z, training=True))
+    assert kept_patches(patches, 0.5) == 8 and out.shape == (batch, prefix + 8, width)
+    np.testing.assert_array_equal(out[:, :prefix], z[:, :prefix])
+    chosen = []
+    for image in range(batch):
+        rows = [int(np.flatnonzero((z[image, prefix:] == token).all(1))[0]) for token in out[image, prefix:]]
+        assert len(set(rows)) == 8
+        chosen.append(frozenset(rows))
+    assert len(set(chosen)) > 1
+    assert kept_patches(3, 0.9) == 1  # at least one patch is always kept
+    with pytest.raises(ValueError, match="`patch_dropout`.*in \\[0, 1\\); got 1.0"):
+        PatchDropout(1.0)
+
+
+def test_a_vit_with_patch_dropout_trains_on_fewer_tokens_and_predicts_as_without(tmp_path):
+    """The option costs nothing at inference: with the same weights, the logits of a plain ViT; a training step
+    runs through the shorter sequence; the model saves and reloads in safe mode with its rate."""
+    from vit_keras.models.vision_transformer import VisionTransformer
+
+    shape = dict(image_size=16, patch_size=4, hidden_size=8, num_heads=2, mlp_dim=16, num_layers=2, num_classes=3)
+    plain = VisionTransformer(**shape)
+    dropping = plain.rebuild(patch_dropout=0.75)
+    assert dropping.patch_dropout_layer.rate == 0.75 and plain.patch_dropout_layer is None
+    images = np.random.default_rng(1).normal(size=(4, 16, 16, 3)).astype("float32")
+    np.testing.assert_allclose(ops.convert_to_numpy(dropping(images)), ops.convert_to_numpy(plain(images)), atol=1e-6)
+    tokens = dropping.patch_dropout_layer(dropping.patch_encoder(images), training=True)
+    assert tokens.shape[1] == 1 + 4
+    dropping.compile(optimizer="sgd", loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    history = dropping.fit(images, np.eye(3)[[0, 1, 2, 0]], epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    path = str(tmp_path / "patch_dropout.keras")
+    dropping.save(path)
+    restored = keras.saving.load_model(path, safe_mode=True)
+    assert restored.vit_config["patch_dropout"] == 0.75
+    np.testing.assert_allclose(ops.convert_to_numpy(restored(images)), ops.convert_to_numpy(dropping(images)),
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="`patch_dropout` is a rate"):
+        VisionTransformer(**shape, patch_dropout=1.5)
+
 @pytest.mark.parametrize("layer", [
     Patches((2, 4)),
     PatchEncoder(4, 8, (2, 3), class_token=False, position_embedding="learned_2d", dropout=0.1),
@@ -219,6 +266,7 @@ def test_layer_config_round_trip(layer):
 
 @pytest.mark.parametrize("layer", [
     DropPath(0.1, seed=3),
+    PatchDropout(0.5, prefix_tokens=2, seed=3),
     StdConv2D(4, 3, std_epsilon=1e-6),
     ResNetV2Stem((1, 1), width=32),
     ConvStem(4, 32),

@@ -25,6 +25,8 @@ def test_activations_follow_the_tokens_width_and_depth():
     assert memory.activation_bytes(vit(side=96)) < ti224 / 5  # 37 tokens
     assert memory.activation_bytes(vit("vit_b16")) > 3 * ti224  # four times the width
     assert memory.token_count(vit(class_token=False)) == 196
+    assert memory.token_count(vit(patch_dropout=0.5)) == 98 + 1  # training keeps half the patches
+    assert memory.activation_bytes(vit(patch_dropout=0.5)) < ti224 / 1.9
 
 
 def test_a_batch_is_accumulated_over_the_fewest_steps_that_fit_the_budget():

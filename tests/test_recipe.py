@@ -59,6 +59,21 @@ def test_recipe_is_the_cli_recipe():
     assert "SGD (momentum 0.9) at peak LR 0.02" in str(recipe)
 
 
+def test_a_recipe_with_patch_dropout_gives_its_model_the_rate_and_sizes_its_steps_by_the_kept_tokens():
+    """``patch_dropout`` travels from the options to the Recipe, to the model ``prepare`` returns (its weights
+    kept) and to the memory budget, which counts the tokens a training step keeps."""
+    model = vit_keras.create_model("vit_ti16", image_size=224, num_classes=3)
+    plain, dropping = (vit_keras.finetune_recipe(model, 1_000, image_size=224, patch_dropout=rate)
+                       for rate in (0.0, 0.5))
+    assert (plain.patch_dropout, dropping.patch_dropout) == (0.0, 0.5) and "patch dropout 0.5" in str(dropping)
+    assert dropping.accumulation < plain.accumulation  # half the tokens: about half the activations a step
+    small = tiny_model()
+    prepared = dataclasses.replace(dropping, image_size=(32, 32)).prepare(small)
+    assert prepared.vit_config["patch_dropout"] == 0.5 and prepared.patch_dropout_layer.rate == 0.5
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(prepared.head.kernel),
+                                  keras.ops.convert_to_numpy(small.head.kernel))
+    with pytest.raises(ValueError, match="`patch_dropout` must be in \\[0, 1\\)"):
+        vit_keras.finetune_recipe(small, 100, image_size=32, patch_dropout=-0.1)
 def test_recipe_options_are_checked_and_counted(folder):
     model = tiny_model()
     recipe = vit_keras.finetune_recipe(model, folder, image_size=32, epochs=5, learning_rate=0.01, augment="flip",

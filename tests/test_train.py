@@ -445,7 +445,7 @@ def test_the_step_floor_repeats_the_data_within_each_epoch(tmp_path, capsys):
 # The keys config.json has had since runs became resumable: resumption compares them, and evaluate and verify read
 # seed and val_fraction from them, so a renamed key would restart or misread the runs already on disk.
 RECORD_KEYS = {"accumulation", "augment", "batch_size", "class_names", "crop_scale", "cutmix", "data", "distill",
-               "drop_path", "epochs",
+               "drop_path", "epochs", "patch_dropout",
                "erase", "label_smoothing", "learning_rate", "limit", "micro_batches", "min_steps", "mixup", "model", "precision",
                "optimizer", "recipe", "replicas", "seed", "skipped_images", "steps_per_epoch", "strategy", "teacher_steps",
                "train_examples", "val_examples", "val_fraction", "vit", "warmup_epochs", "weight_decay", "weights"}
@@ -492,6 +492,8 @@ def test_finetune_from_a_saved_model_and_weights_that_cannot_apply(tmp_path):
     saved.save(tmp_path / "base.keras")
     tuned = train.build_model_to_train(3, 1, (28, 28), weights=str(tmp_path / "base.keras"), drop_path=0.1)
     assert tuned.get_config()["num_classes"] == 3 and tuned.get_config()["drop_path"] == 0.1
+    dropping = train.build_model_to_train(3, 1, (28, 28), weights=str(tmp_path / "base.keras"), patch_dropout=0.5)
+    assert dropping.patch_dropout_layer.rate == 0.5 and tuned.patch_dropout_layer is None
     for source, target in zip(saved.layers, tuned.layers):
         if target.name != "head":
             assert all(np.array_equal(a, b) for a, b in zip(source.get_weights(), target.get_weights()))

@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "inference.predict": ("predict", "predict_function", "TopK"),
     "training.microbatch": ("enable_micro_batches",),
-    "models.layers": ("DropPath", "PatchEncoder", "Patches"),
+    "models.layers": ("DropPath", "PatchDropout", "PatchEncoder", "Patches"),
     "models.encoder": ("MultiHeadSelfAttention", "TransformerBlock"),
     "models.readout": ("TokenPooling",),
     "models.vision_transformer": ("VisionTransformer", "load_model", "resize_model"),

@@ -94,6 +94,10 @@ def add_arguments(parser):
                         help="stochastic depth: the drop-path rate of the last block, rising linearly from 0 at the "
                              f"first ({recipe_default('drop_path')}; a .keras model given to --weights keeps its "
                              "own)")
+    parser.add_argument("--patch-dropout", type=float, default=None,
+                        help="share of patch tokens each training image drops, 0-1 (PatchDropout: a step costs about "
+                             "that much less, so a fine-tune on CPUs picks a larger image; validation and the "
+                             f"saved model see every token) ({recipe_default('patch_dropout')})")
     parser.add_argument("--warmup-epochs", type=float, default=None,
                         help="epochs of linear learning-rate warm-up before the cosine decay "
                              f"({recipe_default('warmup_epochs')})")
@@ -253,7 +257,8 @@ def run(args):
             args.data, args.out, model_name=args.model, image_size=args.image_size, recipe=args.recipe,
             epochs=args.epochs, min_steps=args.min_steps, batch_size=args.batch_size, optimizer=args.optimizer,
             learning_rate=args.lr, weight_decay=args.weight_decay,
-            label_smoothing=args.label_smoothing, drop_path=args.drop_path, augment=args.augment,
+            label_smoothing=args.label_smoothing, drop_path=args.drop_path, patch_dropout=args.patch_dropout,
+            augment=args.augment,
             crop_scale=None if args.crop_scale is None else (args.crop_scale, 1.0), mixup=args.mixup,
             cutmix=args.cutmix, erase=args.erase, warmup_epochs=args.warmup_epochs, distill=args.distill,
             teacher_steps=args.teacher_steps, precision=args.precision, strategy=args.strategy,

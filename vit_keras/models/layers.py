@@ -5,7 +5,7 @@
     zl  = MLP(LN(z'l)) + z'l                               (eq. 3)  encoder.TransformerBlock
     y   = LN(zL^0)                                         (eq. 4)  encoder_norm + readout.TokenPooling
 
-This module holds eq. 1 (patches, their embedding), DropPath and the checks every layer shares; the encoder's
+This module holds eq. 1 (patches, their embedding), DropPath, PatchDropout and the checks every layer shares; the encoder's
 layers (eq. 2-3) are in vit_keras/encoder.py.
 
 Every layer is registered under the package name ``vit_keras`` so a saved
@@ -286,6 +286,55 @@ class DropPath(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "rate": self.rate, "seed": self.seed}
 
+
+
+def kept_patches(patches, rate):
+    """How many of ``patches`` patch tokens an image keeps in training under PatchDropout's ``rate``: at least 1."""
+    return max(1, int(patches * (1.0 - rate)))
+
+
+@register
+class PatchDropout(keras.layers.Layer):
+    """Trains on a random subset of the patch tokens (Liu et al. 2022, "PatchDropout"): z0 -> [prefix; kept].
+
+    In training each image keeps ``kept_patches(N, rate)`` of its N patch tokens, drawn anew, after E_pos was
+    added (so each kept token still says where it came from); the ``prefix_tokens`` (class, distillation,
+    registers) always stay. Every block then costs about (1 - rate) as much, which buys a larger image in the same
+    time. At inference it passes every token through, so the model's outputs are those of a plain ViT.
+    Input and output (B, T, D); in training T becomes prefix_tokens + kept.
+    """
+
+    def __init__(self, rate=0.0, prefix_tokens=1, seed=None, **kwargs):
+        check_layer_keywords(self, kwargs)
+        super().__init__(**kwargs)
+        if not 0.0 <= float(rate) < 1.0:
+            raise ValueError(f"`patch_dropout` is the share of patch tokens dropped in training: a rate in [0, 1); "
+                             f"got {rate}.")
+        if int(prefix_tokens) < 0:
+            raise ValueError(f"`prefix_tokens` must be an int >= 0; got {prefix_tokens}.")
+        self.rate = float(rate)
+        self.prefix_tokens = int(prefix_tokens)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.rate else None
+
+    def build(self, input_shape):
+        self.built = True
+
+    def call(self, z, training=None):
+        patches = z.shape[1] - self.prefix_tokens
+        kept = kept_patches(patches, self.rate)
+        if not training or kept == patches:
+            return z
+        noise = keras.random.uniform((ops.shape(z)[0], patches), seed=self.seed_generator)
+        _, chosen = ops.top_k(noise, kept, sorted=False)  # a uniform random subset of each image's patches
+        patches = ops.take_along_axis(z[:, self.prefix_tokens:], ops.expand_dims(chosen, -1), axis=1)
+        return ops.concatenate([z[:, :self.prefix_tokens], patches], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape  # at inference; training's shorter sequence is only ever run, never built
+
+    def get_config(self):
+        return {**super().get_config(), "rate": self.rate, "prefix_tokens": self.prefix_tokens, "seed": self.seed}
 
 # Layers that lived here before the encoder and the readout got modules of their own: the old imports still work.
 MOVED = {"MultiHeadSelfAttention": ".encoder", "TransformerBlock": ".encoder", "TokenPooling": ".readout"}

@@ -21,7 +21,7 @@ from vit_keras import framework
 from vit_keras.constants import POOLINGS, POSITION_EMBEDDINGS
 from vit_keras.models import stems
 from vit_keras.models.encoder import TransformerBlock
-from vit_keras.models.layers import PatchEncoder, check_choice, check_divisible, pair, register
+from vit_keras.models.layers import PatchDropout, PatchEncoder, check_choice, check_divisible, pair, register
 from vit_keras.models.normalization import check_normalization, check_pixels, input_description, rescaling_layer
 from vit_keras.models.position import resize_axis_embedding, resize_position_embedding
 from vit_keras.models.readout import TokenPooling
@@ -32,7 +32,8 @@ CONFIG_KEYS = ("patch_size", "hidden_size", "num_heads", "mlp_dim", "num_layers"
 
 # The names of a VisionTransformer's layers, by part: saved files and the export graph find the parts by them.
 LAYER_NAMES = dict(preprocessing="preprocessing", stem="stem", patch_encoder="embedding",
-                   encoder_norm="encoder_norm", pooling_layer="pool", pre_logits="pre_logits", head="head")
+                   patch_dropout="patch_dropout", encoder_norm="encoder_norm", pooling_layer="pool",
+                   pre_logits="pre_logits", head="head")
 BLOCK_NAME = "encoderblock_{}"
 
 
@@ -67,6 +68,7 @@ class VisionTransformer(keras.Model):
     its diagonal and learns its temperature) and ``pooling="sequence"``.
     The ViTs fine-tuned today add: ``distillation_token`` (DeiT), ``register_tokens`` (DINOv2's registers),
     ``layer_scale`` (LayerScale's initial value: DeiT-III, DINOv2), ``pooling="token_gap"`` (DINOv2's classifier).
+    ``patch_dropout``: the share of patch tokens dropped in training (``PatchDropout``; inference keeps all).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class VisionTransformer(keras.Model):
         dropout=0.0,
         attention_dropout=0.0,
         drop_path=0.0,
+        patch_dropout=0.0,
         representation_size=None,
         include_top=True,
         include_preprocessing=False,
@@ -112,7 +115,8 @@ class VisionTransformer(keras.Model):
                 raise ValueError(f"`{key}` must be a positive int; got {value}.")
         if hidden_size % num_heads:
             raise ValueError(f"`hidden_size`={hidden_size} must be divisible by `num_heads`={num_heads}.")
-        for key, value in dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path).items():
+        for key, value in dict(dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path,
+                               patch_dropout=patch_dropout).items():
             if not 0.0 <= float(value) < 1.0:
                 raise ValueError(f"`{key}` is a rate: it must be in [0, 1); got {value}.")
         if not float(norm_epsilon) > 0:
@@ -128,7 +132,7 @@ class VisionTransformer(keras.Model):
             mlp_dim=mlp_dim, num_layers=num_layers, num_classes=num_classes, channels=channels,
             pooling=pooling, position_embedding=position_embedding, class_token=class_token, stem=stem,
             dropout=dropout, attention_dropout=attention_dropout, drop_path=drop_path,
-            representation_size=representation_size, include_top=include_top,
+            patch_dropout=float(patch_dropout), representation_size=representation_size, include_top=include_top,
             include_preprocessing=include_preprocessing, pixel_mean=pixel_mean, pixel_std=pixel_std,
             norm_epsilon=norm_epsilon, gelu_approximate=gelu_approximate, locality_attention=locality_attention,
             class_names=class_names, distillation_token=bool(distillation_token), register_tokens=int(register_tokens),
@@ -167,6 +171,8 @@ class VisionTransformer(keras.Model):
         pool = TokenPooling(pooling, class_token, tokens.prefix_tokens, tokens.distillation_token,
                             name=LAYER_NAMES["pooling_layer"])
         x = tokens(x)
+        if patch_dropout:
+            x = PatchDropout(patch_dropout, tokens.prefix_tokens, name=LAYER_NAMES["patch_dropout"])(x)
         for i in range(num_layers):
             rate = drop_path * i / max(num_layers - 1, 1)  # linearly increasing stochastic depth
             readout = pool.read_tokens if i == num_layers - 1 else None  # only these tokens of z_L are read out
@@ -270,6 +276,7 @@ class VisionTransformer(keras.Model):
                                            "(include_preprocessing=True), or None.")
     stem = _part("stem", "The CNN stem (ResNetV2Stem or ConvStem), or None.")
     patch_encoder = _part("patch_encoder", "The PatchEncoder: patch embedding, class token and E_pos (eq. 1).")
+    patch_dropout_layer = _part("patch_dropout", "The PatchDropout of training's tokens, or None without it.")
     encoder_norm = _part("encoder_norm", "The LayerNormalization after the last block (eq. 4).")
     pooling_layer = _part("pooling_layer", "The TokenPooling readout (class token, GAP or sequence pooling).")
     pre_logits = _part("pre_logits", "The tanh representation layer (representation_size), or None.")

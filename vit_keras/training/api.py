@@ -50,8 +50,8 @@ def finetune_recipe(model, train_data, val_data=0, image_size=None, measure=True
       accelerator, on CPUs the largest whose fit is estimated at most ``finetune.FIT_MINUTES`` minutes, from a
       short warm-up of this model on this machine (``measure``; False: from a fixed table, no warm-up).
     options: the recipe's settings to change (epochs, batch_size, learning_rate, optimizer, weight_decay,
-      label_smoothing, augment, crop_scale, mixup, cutmix, erase, warmup_epochs, min_steps, ...), checked as the
-      CLI's flags are.
+      label_smoothing, patch_dropout, augment, crop_scale, mixup, cutmix, erase, warmup_epochs, min_steps, ...),
+      checked as the CLI's flags are. patch_dropout: the recipe's (``Recipe.prepare`` gives the model its rate).
     """
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"`model` must be a vit_keras VisionTransformer; got {type(model).__name__}.")
@@ -62,7 +62,7 @@ def finetune_recipe(model, train_data, val_data=0, image_size=None, measure=True
     if train_size < config.batch_size:
         raise ValueError(f"`batch_size`={config.batch_size} is larger than the {train_size} training images; pass a "
                          "smaller `batch_size`.")
-    vit, facts = model.get_config(), {}
+    vit, facts = {**model.get_config(), "patch_dropout": config.patch_dropout}, {}
     if image_size is None:
         measured = (lambda side: warmup.step_times(config, side, model=model)) if measure else None
         side, reason, seconds = choose_image_size(config, images=train_size, measure=measured,

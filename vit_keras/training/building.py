@@ -53,10 +53,11 @@ def build_model_to_train(num_classes, channels, data_size, config=None, image_si
     if "pooling" in overrides:  # a class token where its pooling reads one, unless asked otherwise
         overrides.setdefault("class_token", overrides["pooling"] == "token")
     common = dict(num_classes=num_classes, channels=channels, include_preprocessing=True, drop_path=drop_path,
-                  class_names=None if class_names is None else list(class_names))
+                  patch_dropout=config.patch_dropout, class_names=None if class_names is None else list(class_names))
     check_weights(weights, model_name, overrides)
     if is_saved_model(weights):
-        return finetune_from(weights, num_classes, image_size, drop_path, common["class_names"])
+        return finetune_from(weights, num_classes, image_size, drop_path, common["class_names"],
+                             config.patch_dropout)
     if model_name is None:
         size, patch = recipe_image_size(data_size, recipe)
         if image_size is not None:
@@ -82,15 +83,16 @@ def decode_size(data, model_name=None, image_size=None, weights=None, recipe="qu
     return None
 
 
-def finetune_from(path, num_classes, image_size=None, drop_path=None, class_names=None):
+def finetune_from(path, num_classes, image_size=None, drop_path=None, class_names=None, patch_dropout=None):
     """A saved VisionTransformer, resized to ``image_size``, with a zero head for ``num_classes`` and the
-    given ``drop_path`` (None: the saved one) and ``class_names`` (None: the saved ones where the head is kept)."""
+    given ``drop_path`` and ``patch_dropout`` (None: the saved ones) and ``class_names`` (None: the saved ones where
+    the head is kept)."""
     model = load_model(path)
     if image_size is not None:
         model = resize_model(model, image_size)
     config = model.get_config()
     changes = {key: value for key, value in dict(num_classes=num_classes, drop_path=drop_path,
-                                                 class_names=class_names).items()
+                                                 patch_dropout=patch_dropout, class_names=class_names).items()
                if value is not None and config.get(key) != value}
     if changes:  # a new num_classes gets the paper's zero-initialized D x K head (section 3.2)
         model = model.rebuild(**changes)

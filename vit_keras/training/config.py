@@ -29,7 +29,7 @@ RECIPES = RECIPE_TABLES  # the recipes' tables (vit_keras.constants: the CLI's h
 RECIPE_SIDES = (28, 32, 64)
 # The settings a recipe gives a value to when they are left unset (None).
 RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "optimizer", "weight_decay", "label_smoothing", "drop_path",
-                   "augment", "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs", "teacher_steps")
+                   "patch_dropout", "augment", "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs", "teacher_steps")
 # The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate", "distill")
@@ -93,6 +93,8 @@ class TrainConfig:
     learning_rate: the peak LR for the global ``batch_size`` (default: the recipe's base LR scaled linearly from
       batch 512, ``scaled_learning_rate``).
     drop_path: unset with a saved model as ``weights``: the saved model's own.
+    patch_dropout: the share of patch tokens each training image drops (``vit_keras.models.layers.PatchDropout``);
+      validation and inference see them all.
     crop_scale: (min, max) area fraction of the random-resized crops (``augment="crop"`` or "randaugment").
     erase: the probability that a training image has a random rectangle replaced by noise (random erasing, Zhong
       et al. 2020; ``vit_keras.data.array_pipeline.random_erase``).
@@ -136,6 +138,7 @@ class TrainConfig:
     weight_decay: float | None = None
     label_smoothing: float | None = None
     drop_path: float | None = None
+    patch_dropout: float | None = None
     augment: str | None = None
     crop_scale: tuple | list | None = None
     mixup: float | None = None

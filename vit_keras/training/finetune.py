@@ -23,6 +23,7 @@ from vit_keras.data.datasets import folder_split
 from vit_keras.devices import accelerator_count
 from vit_keras.data.shards import open_shards
 from vit_keras.models.configs import model_config
+from vit_keras.models.layers import kept_patches
 from vit_keras.validation import pair
 from vit_keras.weights.presets import find_preset
 
@@ -34,10 +35,10 @@ RATE_PER_CORE = 145 / 2
 FASHION_MNIST_IMAGES = {"train": 60_000, "val": 10_000}  # val is its test set
 
 
-def cost(side, patch, hidden_size, num_layers):
-    """Relative training cost of one image: per block, 12 D^2 a token and 2 D a token pair (class token
-    included)."""
-    tokens = (side // patch) ** 2 + 1
+def cost(side, patch, hidden_size, num_layers, patch_dropout=0.0):
+    """Relative cost of one image: per block, 12 D^2 a token and 2 D a token pair (class token included); in
+    training under ``patch_dropout`` the tokens are the kept ones."""
+    tokens = kept_patches((side // patch) ** 2, patch_dropout) + 1
     return num_layers * tokens * (12 * hidden_size ** 2 + 2 * tokens * hidden_size)
 
 
@@ -108,18 +109,20 @@ class StepTimes:
     compile: float
     measured_in: float = 0.0
 
-    def at(self, side, shape):
-        """These times scaled to ``side`` by the cost model (``cost``; shape: patch, width, depth)."""
-        ratio = cost(side, *shape) / cost(self.side, *shape)
-        return dataclasses.replace(self, side=side, train=self.train * ratio, evaluate=self.evaluate * ratio)
+    def at(self, side, shape, patch_dropout=0.0):
+        """These times scaled to ``side`` by the cost model (``cost``; shape: patch, width, depth), training's
+        under ``patch_dropout`` (validation sees every token)."""
+        train = cost(side, *shape, patch_dropout) / cost(self.side, *shape, patch_dropout)
+        evaluate = cost(side, *shape) / cost(self.side, *shape)
+        return dataclasses.replace(self, side=side, train=self.train * train, evaluate=self.evaluate * evaluate)
 
     def fit_seconds(self, trained, validated):
         return trained * self.train + validated * self.evaluate + self.compile
 
 
-def fit_seconds(images, side, shape, cores):
+def fit_seconds(images, side, shape, cores, patch_dropout=0.0):
     """Estimated seconds to train on ``images`` images at ``side`` (shape: patch, width, depth) on ``cores``."""
-    return images * cost(side, *shape) / REFERENCE_COST / (RATE_PER_CORE * cores)
+    return images * cost(side, *shape, patch_dropout) / REFERENCE_COST / (RATE_PER_CORE * cores)
 
 
 def finetune_image_size(config, cores=None, accelerators=None, images=None):
@@ -150,9 +153,10 @@ def choose_image_size(config, cores=None, accelerators=None, images=None, measur
     seen, shape = config.epochs * config.steps_per_epoch(images) * config.batch_size, (patch, width, depth)
     sides = list(range(min(patch * MIN_GRID, native), native + 1, patch))
     bounds = f"at most {what}, {native}, at least {MIN_GRID}x{MIN_GRID} patches"
-    side = largest_within(sides, lambda side: fit_seconds(seen, side, shape, cores))
+    dropout = config.patch_dropout or 0.0
+    side = largest_within(sides, lambda side: fit_seconds(seen, side, shape, cores, dropout))
     if measure is None:
-        seconds = fit_seconds(seen, side, shape, cores)
+        seconds = fit_seconds(seen, side, shape, cores, dropout)
         return side, (f"the largest whose fit takes at most {FIT_MINUTES} min on {cores} CPU core(s): about "
                       f"{seconds / 60:.0f} min for {seen:,} training images (estimated from {RATE_PER_CORE:g} img/s a "
                       f"core for a ViT-Ti/16 at 96 px); {bounds}"), seconds
@@ -163,7 +167,7 @@ def choose_image_size(config, cores=None, accelerators=None, images=None, measur
         return min(measured, key=lambda times: abs(times.side - side))
 
     def estimate(side):  # from the measurement nearest in size
-        return nearest(side).at(side, shape).fit_seconds(seen, validated)
+        return nearest(side).at(side, shape, dropout).fit_seconds(seen, validated)
 
     better = largest_within(sides, estimate)
     if better != side:

@@ -12,14 +12,17 @@ the memory of one small step. docs/training.md#memory shows the measured figures
 import math
 
 from vit_keras.constants import ACTIVATION_BUDGET, FLOAT_BYTES
+from vit_keras.models.layers import kept_patches
 
 
 def token_count(vit):
-    """The tokens the encoder sees for a VisionTransformer config ``vit`` (its patches, plus the class token)."""
+    """The tokens the encoder trains on for a VisionTransformer config ``vit``: its patches (those PatchDropout
+    keeps), plus the class token."""
     height, width = vit["image_size"]
     patch = vit["patch_size"]
     rows, cols = (patch, patch) if isinstance(patch, int) else patch
-    return (height // rows) * (width // cols) + int(bool(vit.get("class_token", True)))
+    patches = kept_patches((height // rows) * (width // cols), vit.get("patch_dropout") or 0.0)
+    return patches + int(bool(vit.get("class_token", True)))
 
 
 def activation_bytes(vit):

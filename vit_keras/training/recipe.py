@@ -27,6 +27,8 @@ class Recipe:
     learning_rate: the peak, reached after ``warmup_steps`` updates of linear warm-up; then cosine decay to 0.
     optimizer: "sgd" (momentum 0.9) or "adamw"; weight_decay, label_smoothing, clipnorm (global norm).
     augmentation: the ``Augmentation`` of training batches (``vit_keras.image_dataset`` applies it).
+    patch_dropout: the share of patch tokens each training image drops (the model's ``PatchDropout``; ``prepare``
+      gives the model this rate).
     micro_batches: > 1 runs each step as that many concurrent XLA programs (TensorFlow, one device).
     steps_per_execution, jit_compile, precision, seed: as Keras's ``compile`` and the run's.
     estimated_seconds: the fit's estimated time where the image size was chosen by it; why: the choices, in words.
@@ -42,6 +44,7 @@ class Recipe:
     weight_decay: float = 0.0
     label_smoothing: float = 0.0
     augmentation: Augmentation = NO_AUGMENTATION
+    patch_dropout: float = 0.0
     accumulation: int = 1
     micro_batches: int = 1
     steps_per_execution: int = 1
@@ -80,9 +83,11 @@ class Recipe:
         augmentation = (config.augmentation_of(train_examples, flip) if train_examples else
                         config.build_augmentation(config.augment, config.erase, flip))
         return cls(vit["image_size"], config.batch_size, config.epochs, steps_per_epoch, config.learning_rate,
-                   min(int(steps_per_epoch * config.warmup_epochs), total), config.optimizer, config.weight_decay,
-                   config.label_smoothing, augmentation, accumulation, micro, per_execution, config.jit_compile,
-                   config.precision, seed=config.seed, **facts)
+                   warmup_steps=min(int(steps_per_epoch * config.warmup_epochs), total), optimizer=config.optimizer,
+                   weight_decay=config.weight_decay, label_smoothing=config.label_smoothing,
+                   augmentation=augmentation, patch_dropout=config.patch_dropout, accumulation=accumulation,
+                   micro_batches=micro, steps_per_execution=per_execution, jit_compile=config.jit_compile,
+                   precision=config.precision, seed=config.seed, **facts)
 
     @property
     def fit_steps_per_epoch(self):
@@ -122,13 +127,16 @@ class Recipe:
         return model
 
     def prepare(self, model, class_names=None):
-        """``model`` (a ``VisionTransformer``) at the recipe's image size (its position embedding resampled),
-        naming its classes ``class_names`` where given (e.g. the training data's), compiled (``compile``)."""
+        """``model`` (a ``VisionTransformer``) at the recipe's image size (its position embedding resampled) and
+        patch dropout, naming its classes ``class_names`` where given (e.g. the training data's), compiled
+        (``compile``)."""
         if not isinstance(model, VisionTransformer):
             raise ValueError(f"`model` must be a vit_keras VisionTransformer; got {type(model).__name__}.")
         changes = {}
         if tuple(model.vit_config["image_size"]) != self.image_size:
             changes["image_size"] = self.image_size
+        if model.vit_config.get("patch_dropout", 0.0) != self.patch_dropout:
+            changes["patch_dropout"] = self.patch_dropout
         if class_names is not None and list(class_names) != model.class_names:
             if len(class_names) != model.vit_config["num_classes"]:
                 raise ValueError(f"`class_names` names {len(class_names)} classes, but the model has "
@@ -144,7 +152,8 @@ class Recipe:
                  + (f" in {self.accumulation} accumulated steps" if self.accumulation > 1 else "")
                  + f", {self.epochs} epochs of {self.steps_per_epoch} updates; {optimizer} at peak LR "
                  f"{self.learning_rate:.3g} after {self.warmup_steps} warm-up updates, then cosine decay; weight "
-                 f"decay {self.weight_decay:g}, label smoothing {self.label_smoothing:g}, clipping at global norm "
+                 f"decay {self.weight_decay:g}, label smoothing {self.label_smoothing:g}, patch dropout "
+                 f"{self.patch_dropout:g}, clipping at global norm "
                  f"{self.clipnorm:g}; augment {self.augmentation.augment!r} (crop scale "
                  f"{tuple(self.augmentation.crop_scale)}, flips {self.augmentation.flips}, erase "
                  f"{self.augmentation.erase:g})"]

@@ -185,9 +185,9 @@ TEACHER_FILE = "teacher.keras"  # a distilling run's CNN teacher: a resumed run 
 
 # Settings config.json has recorded only since they were added; a record from before lacks them. Their effect
 # shows in keys it has (min_steps: in steps_per_epoch and augment), so a finished run from then is not redone.
-ADDED_KEYS = ("min_steps", "distill", "teacher_steps", "erase", "optimizer", "accumulation")
+ADDED_KEYS = ("min_steps", "distill", "teacher_steps", "erase", "optimizer", "accumulation", "patch_dropout")
 # VisionTransformer arguments added since: a model recorded without one was built with its default.
-ADDED_MODEL_KEYS = {"locality_attention": False}
+ADDED_MODEL_KEYS = {"locality_attention": False, "patch_dropout": 0.0}
 
 
 class RunConflict(ValueError):
@@ -206,6 +206,7 @@ def differences(previous, recorded):
         if key == "vit" and isinstance(old, dict) and isinstance(value, dict):
             # class_names joined the model's config later; the record's own class_names held them already
             old = {**ADDED_MODEL_KEYS, "class_names": value.get("class_names"), **old}
+            value = {**ADDED_MODEL_KEYS, **value}  # a model config without one has its default
             changed += [f"vit.{name}: {old.get(name)!r} -> {value.get(name)!r}"
                         for name in sorted(set(old) | set(value)) if old.get(name) != value.get(name)]
         elif old != value:

@@ -83,7 +83,7 @@ def step_times(config, side, dist=None, model=None):
         if model is None:
             model = build_model_to_train(WARMUP_CLASSES, CHANNELS, (side, side), trial, side, pretrained=False)
         else:
-            model = model.rebuild(image_size=side, num_classes=WARMUP_CLASSES)
+            model = model.rebuild(image_size=side, num_classes=WARMUP_CLASSES, patch_dropout=trial.patch_dropout)
         plan, _ = compile_for_fit(model, trial, steps_per_epoch=10_000, dist=dist)
     batch = config.batch_size // plan.accumulation
     data = RepeatedBatch(batch, side, model.get_config()["channels"], steps=10_000, seed=config.seed)
