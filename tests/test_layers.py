@@ -218,6 +218,8 @@ def test_patch_dropout_keeps_the_prefix_and_a_random_subset_of_each_images_own_p
     assert kept_patches(3, 0.9) == 1  # at least one patch is always kept
     with pytest.raises(ValueError, match="`patch_dropout`.*in \\[0, 1\\); got 1.0"):
         PatchDropout(1.0)
+    with pytest.raises(ValueError, match="needs a known token count above its 2 prefix"):
+        PatchDropout(0.5, prefix_tokens=2).build((None, None, 4))
 
 
 def test_a_vit_with_patch_dropout_trains_on_fewer_tokens_and_predicts_as_without(tmp_path):

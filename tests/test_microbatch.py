@@ -70,6 +70,14 @@ def test_micro_batches_draw_their_own_dropout_masks():
         assert np.array_equal(keras.ops.convert_to_numpy(before), keras.ops.convert_to_numpy(after)) != is_seed
 
 
+def test_patch_dropout_trains_in_micro_batches_each_with_its_own_tokens():
+    """PatchDropout's seed generator is one of the model's, so each micro-batch keeps its own patches, and the
+    micro-batched step (the CLI's default under TensorFlow) trains through the shorter sequence."""
+    model, history, (loss, _) = fitted(2, patch_dropout=0.5, epochs=1)
+    assert np.isfinite(history["loss"][0]) and np.isfinite(loss)
+    layer = model.patch_dropout_layer
+    state = layer.seed_generator.state
+    assert state.path.endswith("seed_generator_state") and any(v is state for v in model.non_trainable_variables)
 def test_mixed_float16_scales_the_micro_batch_loss():
     try:
         model, history, _ = fitted(2, precision="mixed_float16", n=12, epochs=1)

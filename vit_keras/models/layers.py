@@ -318,6 +318,10 @@ class PatchDropout(keras.layers.Layer):
         self.seed_generator = keras.random.SeedGenerator(seed) if self.rate else None
 
     def build(self, input_shape):
+        if input_shape[1] is None or input_shape[1] <= self.prefix_tokens:
+            raise ValueError(f"PatchDropout needs a known token count above its {self.prefix_tokens} prefix "
+                             f"token(s) (the kept count is fixed when the step compiles); got input shape "
+                             f"{tuple(input_shape)}.")
         self.built = True
 
     def call(self, z, training=None):

@@ -10,7 +10,7 @@ values and returns gradients and new state, so no two programs touch the same re
 Equal to the plain step up to float summation order for models without batch statistics (every
 plain ViT). A BatchNorm (the conv stem) normalizes each micro-batch by its own statistics ("ghost
 batch norm") and its moving averages take the weighted mean of the micro-batches' updates.
-Dropout and drop-path draw from a separate seed stream per micro-batch.
+Dropout, drop-path and patch dropout draw from a separate seed stream per micro-batch.
 
 The speed-ups: docs/benchmarks.md#concurrent-micro-batches.
 
