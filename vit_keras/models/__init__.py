@@ -9,7 +9,7 @@ from vit_keras.models.stems import ConvStem, ResNetV2Stem, StdConv2D
 from vit_keras.models.vision_transformer import VisionTransformer, load_model, resize_model
 
 __all__ = [
-    "MODELS", "VARIANTS", "ConvStem", "DropPath", "MultiHeadSelfAttention", "PatchDropout", "PatchEncoder", "Patches", "ResNetV2Stem",
-    "StdConv2D", "TokenPooling", "TransformerBlock", "VisionTransformer", "list_models", "load_model", "model_config",
+    "MODELS", "VARIANTS", "ConvStem", "DropPath", "MultiHeadSelfAttention", "PatchDropout", "PatchEncoder", "Patches",
+    "ResNetV2Stem", "StdConv2D", "TokenPooling", "TransformerBlock", "VisionTransformer", "list_models", "load_model", "model_config",
     "resize_model", "resize_position_embedding",
 ]

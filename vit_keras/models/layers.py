@@ -5,8 +5,8 @@
     zl  = MLP(LN(z'l)) + z'l                               (eq. 3)  encoder.TransformerBlock
     y   = LN(zL^0)                                         (eq. 4)  encoder_norm + readout.TokenPooling
 
-This module holds eq. 1 (patches, their embedding), DropPath, PatchDropout and the checks every layer shares; the encoder's
-layers (eq. 2-3) are in vit_keras/encoder.py.
+This module holds eq. 1 (patches, their embedding), DropPath, PatchDropout and the checks every layer shares; the
+encoder's layers (eq. 2-3) are in vit_keras/encoder.py.
 
 Every layer is registered under the package name ``vit_keras`` so a saved
 ``.keras`` file reloads with ``safe_mode=True`` once ``vit_keras`` is imported.
@@ -287,7 +287,6 @@ class DropPath(keras.layers.Layer):
         return {**super().get_config(), "rate": self.rate, "seed": self.seed}
 
 
-
 def kept_patches(patches, rate):
     """How many of ``patches`` patch tokens an image keeps in training under PatchDropout's ``rate``: at least 1."""
     return max(1, int(patches * (1.0 - rate)))
@@ -331,14 +330,15 @@ class PatchDropout(keras.layers.Layer):
             return z
         noise = keras.random.uniform((ops.shape(z)[0], patches), seed=self.seed_generator)
         _, chosen = ops.top_k(noise, kept, sorted=False)  # a uniform random subset of each image's patches
-        patches = ops.take_along_axis(z[:, self.prefix_tokens:], ops.expand_dims(chosen, -1), axis=1)
-        return ops.concatenate([z[:, :self.prefix_tokens], patches], axis=1)
+        kept_tokens = ops.take_along_axis(z[:, self.prefix_tokens:], ops.expand_dims(chosen, -1), axis=1)
+        return ops.concatenate([z[:, :self.prefix_tokens], kept_tokens], axis=1)
 
     def compute_output_shape(self, input_shape):
         return input_shape  # at inference; training's shorter sequence is only ever run, never built
 
     def get_config(self):
         return {**super().get_config(), "rate": self.rate, "prefix_tokens": self.prefix_tokens, "seed": self.seed}
+
 
 # Layers that lived here before the encoder and the readout got modules of their own: the old imports still work.
 MOVED = {"MultiHeadSelfAttention": ".encoder", "TransformerBlock": ".encoder", "TokenPooling": ".readout"}

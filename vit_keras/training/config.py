@@ -29,7 +29,8 @@ RECIPES = RECIPE_TABLES  # the recipes' tables (vit_keras.constants: the CLI's h
 RECIPE_SIDES = (28, 32, 64)
 # The settings a recipe gives a value to when they are left unset (None).
 RECIPE_SETTINGS = ("epochs", "min_steps", "batch_size", "optimizer", "weight_decay", "label_smoothing", "drop_path",
-                   "patch_dropout", "augment", "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs", "teacher_steps")
+                   "patch_dropout", "augment", "crop_scale", "mixup", "cutmix", "erase", "warmup_epochs",
+                   "teacher_steps")
 # The settings config.json records as they are (with the run's facts: see ``TrainConfig.record``).
 RECORDED = RECIPE_SETTINGS + ("data", "recipe", "precision", "strategy", "seed", "val_fraction", "limit", "weights",
                               "learning_rate", "distill")
