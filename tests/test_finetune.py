@@ -34,11 +34,19 @@ def test_pretrained_weights_choose_the_finetune_recipe_and_flags_override_it(tmp
 
 def test_the_image_size_is_chosen_for_the_data_and_the_machine_and_an_asked_one_is_kept(capsys):
     config = TrainConfig("fashion_mnist", weights=TINY)
-    big = {cores: finetune_image_size(config, cores=cores, accelerators=0, images=50_000)[0] for cores in (1, 2, 4, 16)}
-    assert big == {1: 64, 2: 96, 4: 144, 16: 224}  # never above the preset's own 224
-    small = {n: finetune_image_size(config, cores=2, accelerators=0, images=n) for n in (1_000, 10_000)}
-    assert small[1_000][0] == 224 and small[10_000][0] == 208  # 300 and 468 steps of 64 images: larger ones fit
-    assert "about 13 min for 19,200 training images" in small[1_000][1]
+    # The epochs left to the recipe: the largest size at which one epoch fits, then as many of its 3 as fit there.
+    big = {cores: choose_image_size(config, cores=cores, accelerators=0, images=50_000) for cores in (1, 2, 4, 16)}
+    assert {cores: (choice.side, choice.epochs) for cores, choice in big.items()} == {
+        1: (112, 1), 2: (160, 1), 4: (224, 1), 16: (224, 3)}  # never above the preset's own 224
+    assert "the largest at which 1 epoch(s) fit 20 min on 2 CPU core(s), and the most epochs of the recipe's 3" in (
+        big[2].reason)
+    asked = TrainConfig("fashion_mnist", weights=TINY, epochs=3)  # epochs asked for: only the size is chosen
+    choice = choose_image_size(asked, cores=2, accelerators=0, images=50_000)
+    assert (choice.side, choice.epochs) == (96, 3) and "the 3 epoch(s) asked for" in choice.reason
+    small = {n: choose_image_size(config, cores=2, accelerators=0, images=n) for n in (1_000, 10_000)}
+    assert (small[1_000].side, small[1_000].epochs) == (224, 3)  # 300 steps of 64 images however many epochs
+    assert (small[10_000].side, small[10_000].epochs) == (224, 2)  # 2 epochs of 156 steps fit, not 3
+    assert "about 13 min for 19,200 training images" in small[1_000].reason
     side, reason = finetune_image_size(config, accelerators=1)
     assert side == 224 and "accelerator" in reason
     base = TrainConfig("fashion_mnist", weights="vit_base_patch32_384.augreg_in21k_ft_in1k")
@@ -47,8 +55,8 @@ def test_the_image_size_is_chosen_for_the_data_and_the_machine_and_an_asked_one_
         TrainConfig("fashion_mnist", weights=TINY, image_size=64), None)
     assert with_image_size(TrainConfig("fashion_mnist"))[0].image_size is None  # from scratch: the recipe's
     chosen, estimate = with_image_size(config)
-    assert chosen.image_size % 16 == 0 and "--image-size overrides it" in capsys.readouterr().out
-    assert 0 < estimate <= 20 * 60
+    assert chosen.image_size % 16 == 0 and "--image-size and --epochs override them" in capsys.readouterr().out
+    assert 0 < estimate <= 20 * 60 and chosen.from_recipe == config.from_recipe
     assert compare_to_estimate(1380, 1020) == ("fit: 23.0 min, against the 17.0 min estimated when the image size "
                                                "was chosen (+35%)")
 
@@ -81,16 +89,29 @@ def test_a_measured_warm_up_picks_the_size_and_is_measured_again_where_it_moves_
         measured = []
         return measure, measured
 
-    as_table, measured = machine(145)  # the table's rate: its choice (96) holds, measured once
-    side, reason, seconds = choose_image_size(config, cores=2, accelerators=0, images=50_000, measure=as_table)
-    assert (side, measured) == (96, [96]) and "measured by a 15 s warm-up" in reason
-    trained, validated = 3 * 50_000 // 64 * 64, 3 * 10_000
-    assert seconds == pytest.approx(trained / 145 + validated / 580 + 20)
-    slower, measured = machine(100)  # a third slower than the table: one size smaller, measured there too
-    side, reason, seconds = choose_image_size(config, cores=2, accelerators=0, images=50_000, measure=slower)
-    assert (side, measured) == (80, [96, 80]) and seconds <= 20 * 60 and "measured by a 30 s warm-up" in reason
-    assert with_image_size(config, slower, recorded=112) == (dataclasses.replace(config, image_size=112), None)
-    assert "112, the size the run being resumed chose" in capsys.readouterr().out and measured == [96, 80]
+    as_table, measured = machine(145)  # the table's rate: its choice (160 for one epoch) holds, measured once
+    choice = choose_image_size(config, cores=2, accelerators=0, images=50_000, measure=as_table)
+    assert (choice.side, choice.epochs, measured) == (160, 1, [160]) and "measured by a 15 s warm-up" in choice.reason
+    scale = cost(160, *shape) / cost(96, *shape)
+    trained, validated = 50_000 // 64 * 64, 10_000
+    assert choice.seconds == pytest.approx(trained * scale / 145 + validated * scale / 580 + 20)
+    slower, measured = machine(100)  # a third slower than the table: smaller, measured there too
+    choice = choose_image_size(config, cores=2, accelerators=0, images=50_000, measure=slower)
+    assert (choice.side, choice.epochs, measured) == (128, 1, [160, 128]) and choice.seconds <= 20 * 60
+    assert "measured by a 30 s warm-up" in choice.reason
+    faster, measured = machine(800)  # 224 px, the preset's own, fits 2 epochs: the most of 3 that fit
+    choice = choose_image_size(config, cores=2, accelerators=0, images=50_000, measure=faster)
+    assert (choice.side, choice.epochs) == (224, 2)
+    chosen, _ = with_image_size(config, slower)
+    # A recipe warm-up of half an epoch in 3 keeps its share in 1; the chosen settings stay the recipe's.
+    assert (chosen.image_size, chosen.epochs, chosen.warmup_epochs) == (128, 1, pytest.approx(0.5 / 3))
+    assert chosen.from_recipe == config.from_recipe and chosen.augmentation(50_000) == "flip"  # one pass
+    assert config.augmentation(50_000) == "crop"  # 3 epochs: the recipe's crops
+    resumed = with_image_size(config, slower, recorded=dict(image_size=112, epochs=1, warmup_epochs=0.25))
+    assert resumed == (config.chosen(image_size=112, epochs=1, warmup_epochs=0.25), None)
+    assert "112, epochs: 1, as the run being resumed chose" in capsys.readouterr().out
+    asked = TrainConfig("fashion_mnist", weights=TINY, epochs=2)  # asked epochs are kept on resuming
+    assert with_image_size(asked, slower, recorded=dict(image_size=112, epochs=1))[0].epochs == 2
 
 
 def test_patch_dropout_buys_a_larger_image_in_the_same_minutes():
@@ -98,8 +119,8 @@ def test_patch_dropout_buys_a_larger_image_in_the_same_minutes():
     sees them all), so the same 20 minutes fine-tune at a larger size. The recipes train on every token."""
     shape = (16, 192, 12)
     assert cost(96, *shape, 0.5) / cost(96, *shape) == pytest.approx(19 / 37, rel=0.02)  # 18 of 36 patches + 1
-    sides = {rate: finetune_image_size(TrainConfig("fashion_mnist", weights=TINY, patch_dropout=rate), cores=2,
-                                       accelerators=0, images=50_000)[0] for rate in (0.0, 0.5)}
+    sides = {rate: finetune_image_size(TrainConfig("fashion_mnist", weights=TINY, epochs=3, patch_dropout=rate),
+                                       cores=2, accelerators=0, images=50_000)[0] for rate in (0.0, 0.5)}
     assert sides[0.0] == 96 and sides[0.5] > 112
     assert TrainConfig("fashion_mnist", weights=TINY).patch_dropout == TrainConfig("fashion_mnist").patch_dropout == 0
     times = StepTimes(96, train=0.01, evaluate=0.002, compile=0.0).at(128, shape, patch_dropout=0.5)

@@ -32,21 +32,25 @@ RECIPE_MODEL = dict(hidden_size=96, num_heads=3, mlp_dim=192, num_layers=4, pool
 RECIPE_TABLES = {
     "quick": dict(model=RECIPE_MODEL, grid=(4, 4), epochs=20, min_steps=3000, batch_size=128, base_lr=1.6e-2,
                   optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0,
-                  patch_dropout=0.0, augment="flip", small_data_augment="crop", crop_scale=(0.35, 1.0), mixup=0.0,
-                  cutmix=0.0, erase=0.0, small_data_erase=0.25, erase_passes=200, teacher_steps=800),
+                  patch_dropout=0.0, augment="flip", small_data_augment="crop", single_pass_augment="flip",
+                  crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0, small_data_erase=0.25, erase_passes=200,
+                  teacher_steps=800),
     "long": dict(model=RECIPE_MODEL, grid=(4, 4), epochs=90, min_steps=8000, batch_size=128, base_lr=1.6e-2,
                  optimizer="adamw", weight_decay=0.05, warmup_epochs=0.5, label_smoothing=0.1, drop_path=0.0,
-                 patch_dropout=0.0, augment="flip", small_data_augment="crop", crop_scale=(0.64, 1.0), mixup=0.0,
-                 cutmix=0.0, erase=0.5, small_data_erase=0.5, erase_passes=200, teacher_steps=2000),
+                 patch_dropout=0.0, augment="flip", small_data_augment="crop", single_pass_augment="flip",
+                 crop_scale=(0.64, 1.0), mixup=0.0, cutmix=0.0, erase=0.5, small_data_erase=0.5, erase_passes=200,
+                 teacher_steps=2000),
     # Pretrained weights (a preset, a checkpoint, a .keras model): the model is theirs. The paper's fine-tuning
     # (Appendix B.1.1: SGD with momentum 0.9, no weight decay, clipping at global norm 1, cosine decay after a
     # warm-up; the zero head is the loader's), at peak LR 0.02 for batch 64, on random-resized crops and flips; 3
     # epochs with a floor of 300 steps. SGD beat AdamW at its best LR, and crops beat flips alone, in the trials of
-    # docs/benchmarks.md, "Fine-tuning a pretrained ViT". Every patch token trains (patch_dropout 0): dropping half
+    # docs/benchmarks.md, "Fine-tuning a pretrained ViT"; a run that sees each image once (the CPU's budget may
+    # buy one epoch at a larger size: vit_keras.training.finetune) takes flips alone, which beat crops there
+    # (docs/benchmarks.md#one-pass-at-a-larger-size). Every patch token trains (patch_dropout 0): dropping half
     # bought a larger size in the same minutes but lost accuracy on CIFAR-10 (docs/benchmarks.md#patch-dropout).
     "finetune": dict(model=None, grid=None, epochs=3, min_steps=300, batch_size=64, base_lr=0.16,
                      optimizer="sgd", weight_decay=0.0, warmup_epochs=0.5, label_smoothing=0.0, drop_path=0.0,
-                     patch_dropout=0.0, augment="crop", small_data_augment="crop",
+                     patch_dropout=0.0, augment="crop", small_data_augment="crop", single_pass_augment="flip",
                      crop_scale=(0.35, 1.0), mixup=0.0, cutmix=0.0, erase=0.0, small_data_erase=0.0, erase_passes=200,
                      teacher_steps=800),
 }

@@ -27,7 +27,7 @@ from vit_keras.data.augmentation import Augmentation, Batching
 from vit_keras.models.vision_transformer import VisionTransformer
 from vit_keras.training import warmup
 from vit_keras.training.config import MODEL_IN_HAND, RECIPE_SETTINGS, TrainConfig
-from vit_keras.training.finetune import choose_image_size, model_shape, split_images
+from vit_keras.training.finetune import choose_image_size, fewer_epochs, model_shape, split_images
 from vit_keras.training.recipe import Recipe
 from vit_keras.training.train import choose_flips
 from vit_keras.validation import check_choice, check_keywords, pair
@@ -65,9 +65,12 @@ def finetune_recipe(model, train_data, val_data=0, image_size=None, measure=True
     vit, facts = {**model.get_config(), "patch_dropout": config.patch_dropout}, {}
     if image_size is None:
         measured = (lambda side: warmup.step_times(config, side, model=model)) if measure else None
-        side, reason, seconds = choose_image_size(config, images=train_size, measure=measured,
-                                                  shape=model_shape(vit), val_images=val_size)
-        vit, facts = {**vit, "image_size": (side, side)}, dict(estimated_seconds=seconds, why=f"image size: {reason}")
+        choice = choose_image_size(config, images=train_size, measure=measured, shape=model_shape(vit),
+                                   val_images=val_size)
+        config = config.chosen(**fewer_epochs(config, choice.epochs))
+        vit = {**vit, "image_size": (choice.side, choice.side)}
+        facts = dict(estimated_seconds=choice.seconds,
+                     why=f"image size: {choice.side}, {choice.epochs} epoch(s): {choice.reason}")
     else:
         vit = {**vit, "image_size": pair(image_size, "image_size")}
     flip = choose_flips(config, listed) if listed is not None else True

@@ -204,8 +204,14 @@ class TrainConfig:
         optimizer = "SGD (momentum 0.9)" if self.optimizer == "sgd" else "AdamW"
         settings = (f"{optimizer} at peak LR {self.learning_rate:.3g}, batch {self.batch_size}, weight decay "
                     f"{self.weight_decay:g}, label smoothing {self.label_smoothing:g}, warm-up {self.warmup_epochs:g} "
-                    f"epochs then cosine decay, {self.epochs} epochs")
+                    f"epochs then cosine decay, {self.epochs_in_words()}")
         return f"recipe: {self.recipe}, because {why}: {settings}; every flag overrides it."
+
+    def epochs_in_words(self):
+        """"3 epochs", or where a fine-tune leaves them to the recipe "up to 3 epochs" (``finetune`` may choose
+        fewer at a larger size)."""
+        left = self.recipe == "finetune" and "epochs" in self.from_recipe and self.image_size is None
+        return f"{'up to ' if left else ''}{self.epochs} epochs"
 
     def fill_from_recipe(self):
         """Unset hyper-parameters take the recipe's values; the crop scale becomes a [min, max] list."""
@@ -272,10 +278,21 @@ class TrainConfig:
         check_choice(self.verbose, "verbose", VERBOSITIES)
         check_choice(self.tensorboard, "tensorboard", (True, False))
 
-    def steps_per_epoch(self, train_examples):
-        """Optimizer steps an epoch: one pass over the training examples (whole batches), or more where the step
-        floor (``min_steps``) asks."""
-        return max(train_examples // self.batch_size, -(-self.min_steps // self.epochs))
+    def steps_per_epoch(self, train_examples, epochs=None):
+        """Optimizer steps an epoch of a run of ``epochs`` (default: ``epochs``'s): one pass over the training
+        examples (whole batches), or more where the step floor (``min_steps``) asks."""
+        return max(train_examples // self.batch_size, -(-self.min_steps // (epochs or self.epochs)))
+
+    def passes(self, train_examples):
+        """How many times the run trains on each of its ``train_examples`` images."""
+        return self.epochs * self.steps_per_epoch(train_examples) * self.batch_size / train_examples
+
+    def chosen(self, **settings):
+        """This config with ``settings`` the run chose (the image size, the epochs): the settings left to the
+        recipe stay so (``from_recipe``), as ``dataclasses.replace`` alone would not keep them."""
+        changed = dataclasses.replace(self, **settings)
+        object.__setattr__(changed, "from_recipe", self.from_recipe)
+        return changed
 
     def repeats_data(self, train_examples):
         """Whether the step floor makes each epoch several passes over the data (small data)."""
@@ -287,9 +304,13 @@ class TrainConfig:
         return name in self.from_recipe and self.repeats_data(train_examples)
 
     def augmentation(self, train_examples):
-        """The augmentation the run uses: on small data the recipe's crops (more than flips), else ``augment``."""
+        """The augmentation the run uses: ``augment``, or where it was left to the recipe, on small data the
+        recipe's ``small_data_augment`` (crops: more than flips), and in a run that sees each image once its
+        ``single_pass_augment`` (nothing is seen twice, so nothing to vary)."""
         if self.small_data_default("augment", train_examples):
             return RECIPES[self.recipe]["small_data_augment"]
+        if "augment" in self.from_recipe and self.passes(train_examples) <= 1:
+            return RECIPES[self.recipe]["single_pass_augment"]
         return self.augment
 
     def build_augmentation(self, augment, erase, flip=True):
@@ -307,8 +328,7 @@ class TrainConfig:
         if not self.small_data_default("erase", train_examples):
             return self.erase
         recipe = RECIPES[self.recipe]
-        passes = self.epochs * self.steps_per_epoch(train_examples) * self.batch_size / train_examples
-        return round(recipe["small_data_erase"] * min(1.0, passes / recipe["erase_passes"]), 3)
+        return round(recipe["small_data_erase"] * min(1.0, self.passes(train_examples) / recipe["erase_passes"]), 3)
 
     def distills(self, train_examples):
         """Whether the ViT learns from a CNN teacher's labels too: as asked, or under "auto" where the recipe's

@@ -1,5 +1,5 @@
-"""Fine-tuning pretrained weights: the input size a run uses when none is asked for, chosen for the data and the
-machine.
+"""Fine-tuning pretrained weights: the input size a run uses when none is asked for, and its epochs where they
+are left to the recipe, chosen for the data and the machine.
 
 The position embedding is resampled to any patch grid (``vit_keras.models.position``), so a pretrained ViT
 fine-tunes at any size that holds whole patches, and a larger one is more accurate (docs/benchmarks.md,
@@ -11,7 +11,9 @@ plus 2 D a token pair (attention). So:
     own, whose estimated fit takes at most ``FIT_MINUTES``; the smallest where none does. The estimate counts the
     images the recipe trains on and validates, at seconds an image measured by a short warm-up on this machine
     (``vit_keras.training.warmup``) and scaled to other sizes by that cost; without a warm-up, at
-    ``RATE_PER_CORE`` ViT-Ti/16 images at 96 px a second a core.
+    ``RATE_PER_CORE`` ViT-Ti/16 images at 96 px a second a core. Where the epochs are the recipe's, the size is
+    the largest at which ``FEWEST_EPOCHS`` fit, and the run takes as many of the recipe's epochs as fit at it:
+    one pass at 128 px beat three at 80 in the same minutes (docs/benchmarks.md#one-pass-at-a-larger-size).
 """
 
 import dataclasses
@@ -30,6 +32,7 @@ from vit_keras.weights.presets import find_preset
 DEFAULT_SIDE = 224  # the usual pre-training size, for a checkpoint file that names none
 MIN_GRID = 4
 FIT_MINUTES = 20
+FEWEST_EPOCHS = 1  # a fine-tune that leaves its epochs to the recipe runs at least one
 # Training images a second a core, of a ViT-Ti/16 at 96 px: the low end of 145-230 on 2 cores (docs/benchmarks.md).
 RATE_PER_CORE = 145 / 2
 FASHION_MNIST_IMAGES = {"train": 60_000, "val": 10_000}  # val is its test set
@@ -128,7 +131,8 @@ def fit_seconds(images, side, shape, cores, patch_dropout=0.0):
 def finetune_image_size(config, cores=None, accelerators=None, images=None):
     """(side, reason): the input size of a fine-tuning run with no ``image_size`` asked for, by the table rate.
     ``images``: the training images (default: counted from the data)."""
-    return choose_image_size(config, cores, accelerators, images)[:2]
+    choice = choose_image_size(config, cores, accelerators, images)
+    return choice.side, choice.reason
 
 
 def largest_within(sides, seconds):
@@ -136,62 +140,115 @@ def largest_within(sides, seconds):
     return max((side for side in sides if seconds(side) <= FIT_MINUTES * 60), default=sides[0])
 
 
+def epoch_choices(config):
+    """The epochs a fine-tune may run, most first: the recipe's down to ``FEWEST_EPOCHS`` where the epochs were
+    left to it (a larger image in fewer epochs: resolution mattered more than passes), else those asked for."""
+    if "epochs" not in config.from_recipe:
+        return [config.epochs]
+    return list(range(config.epochs, min(FEWEST_EPOCHS, config.epochs) - 1, -1))
+
+
+@dataclasses.dataclass(frozen=True)
+class FitChoice:
+    """A fine-tune's input ``side`` and ``epochs``, why (``reason``), and its fit's estimated ``seconds`` (None
+    with an accelerator, where nothing is estimated)."""
+    side: int
+    epochs: int
+    reason: str
+    seconds: float | None = None
+
+
 def choose_image_size(config, cores=None, accelerators=None, images=None, measure=None, shape=None,
                       val_images=None):
-    """``finetune_image_size``'s (side, reason), and the estimated seconds of the fit at that side (None with an
-    accelerator, where nothing is estimated). ``measure``: side -> ``StepTimes`` measured on this machine
-    (``vit_keras.training.warmup.step_times``), at the table's choice and, where the measurement moves it, at the
-    new one; without it, the table rate. ``shape``: the model's (patch, width, depth, its own side, what that
-    side is) (default: ``pretrained_shape``); ``images``, ``val_images``: the training and validation images
-    (default: counted from the data)."""
+    """The ``FitChoice`` of a fine-tune with no ``image_size`` asked for: on CPUs the largest side at which the
+    fewest epochs it may run (``epoch_choices``) fit ``FIT_MINUTES``, then the most epochs that fit at that side.
+    ``measure``: side -> ``StepTimes`` measured on this machine (``vit_keras.training.warmup.step_times``), at the
+    table's choice and, where the measurement moves it, at the new one; without it, the table rate. ``shape``:
+    the model's (patch, width, depth, its own side, what that side is) (default: ``pretrained_shape``);
+    ``images``, ``val_images``: the training and validation images (default: counted from the data)."""
     patch, width, depth, native, what = pretrained_shape(config) if shape is None else shape
     accelerators = accelerator_count() if accelerators is None else accelerators
     if accelerators:
-        return native, f"{what} ({accelerators} accelerator(s) found)", None
+        return FitChoice(native, config.epochs, f"{what} ({accelerators} accelerator(s) found)")
     cores = usable_cores() if cores is None else cores
     images = split_images(config) if images is None else images
-    seen, shape = config.epochs * config.steps_per_epoch(images) * config.batch_size, (patch, width, depth)
+    shape, dropout, choices = (patch, width, depth), config.patch_dropout or 0.0, epoch_choices(config)
     sides = list(range(min(patch * MIN_GRID, native), native + 1, patch))
     bounds = f"at most {what}, {native}, at least {MIN_GRID}x{MIN_GRID} patches"
-    dropout = config.patch_dropout or 0.0
-    side = largest_within(sides, lambda side: fit_seconds(seen, side, shape, cores, dropout))
+
+    def trained(epochs):
+        return epochs * config.steps_per_epoch(images, epochs) * config.batch_size
+
+    def most_epochs(seconds, side):  # of those that fit at ``side``; the fewest where none does
+        return max((epochs for epochs in choices if seconds(side, epochs) <= FIT_MINUTES * 60), default=choices[-1])
+
+    def by_table(side, epochs):
+        return fit_seconds(trained(epochs), side, shape, cores, dropout)
+
+    side = largest_within(sides, lambda side: by_table(side, choices[-1]))
     if measure is None:
-        seconds = fit_seconds(seen, side, shape, cores, dropout)
-        return side, (f"the largest whose fit takes at most {FIT_MINUTES} min on {cores} CPU core(s): about "
-                      f"{seconds / 60:.0f} min for {seen:,} training images (estimated from {RATE_PER_CORE:g} img/s a "
-                      f"core for a ViT-Ti/16 at 96 px); {bounds}"), seconds
-    validated = config.epochs * (split_images(config, "val") if val_images is None else val_images)
+        epochs = most_epochs(by_table, side)
+        seconds = by_table(side, epochs)
+        return FitChoice(side, epochs, f"{fits(choices, epochs, f'on {cores} CPU core(s)')}: about "
+                         f"{seconds / 60:.0f} min for {trained(epochs):,} training images (estimated from "
+                         f"{RATE_PER_CORE:g} img/s a core for a ViT-Ti/16 at 96 px); {bounds}", seconds)
+    val_images = split_images(config, "val") if val_images is None else val_images
     measured = [measure(side)]
 
     def nearest(side):
         return min(measured, key=lambda times: abs(times.side - side))
 
-    def estimate(side):  # from the measurement nearest in size
-        return nearest(side).at(side, shape, dropout).fit_seconds(seen, validated)
+    def estimate(side, epochs):  # from the measurement nearest in size
+        return nearest(side).at(side, shape, dropout).fit_seconds(trained(epochs), epochs * val_images)
 
-    better = largest_within(sides, estimate)
+    better = largest_within(sides, lambda side: estimate(side, choices[-1]))
     if better != side:
         measured.append(measure(better))
-        side = largest_within(sides, estimate)
-    seconds, times = estimate(side), nearest(side)
-    return side, (f"the largest whose fit takes at most {FIT_MINUTES} min here: about {seconds / 60:.1f} min for "
-                  f"{seen:,} training and {validated:,} validation images, at {1 / times.train:.1f} and "
-                  f"{1 / times.evaluate:.1f} img/s at {times.side} px, measured by a "
-                  f"{sum(times.measured_in for times in measured):.0f} s warm-up; {bounds}"), seconds
+        side = largest_within(sides, lambda side: estimate(side, choices[-1]))
+    epochs = most_epochs(estimate, side)
+    seconds, times = estimate(side, epochs), nearest(side)
+    return FitChoice(side, epochs, f"{fits(choices, epochs, 'here')}: about {seconds / 60:.1f} min for "
+                     f"{trained(epochs):,} training and "
+                     f"{epochs * val_images:,} validation images, at {1 / times.train:.1f} and "
+                     f"{1 / times.evaluate:.1f} img/s at {times.side} px, measured by a "
+                     f"{sum(times.measured_in for times in measured):.0f} s warm-up; {bounds}", seconds)
+
+
+def fits(choices, epochs, where):
+    """Why this size and ``epochs`` (of ``choices``, ``epoch_choices``), in words."""
+    if len(choices) == 1:
+        return f"the largest at which the {epochs} epoch(s) asked for fit {FIT_MINUTES} min {where}"
+    return (f"the largest at which {choices[-1]} epoch(s) fit {FIT_MINUTES} min {where}, and the most epochs of the "
+            f"recipe's {choices[0]} that fit at it")
 
 
 def with_image_size(config, measure=None, recorded=None):
-    """(``config`` with the image size chosen for fine-tuning where none was asked for (printed, with why), the
-    estimated seconds of its fit, or None where nothing was estimated). ``measure``: see ``choose_image_size``;
-    ``recorded``: the size the run being resumed chose (kept: a rerun goes on at it)."""
+    """(``config`` with the image size and epochs chosen for fine-tuning where no size was asked for (printed,
+    with why), the estimated seconds of its fit, or None where nothing was estimated). ``measure``: see
+    ``choose_image_size``; ``recorded``: the choices of the run being resumed (``image_size``, and ``epochs`` and
+    ``warmup_epochs`` where the recipe's: a rerun goes on with them)."""
     if config.recipe != "finetune" or config.image_size is not None:
         return config, None
-    if recorded:
-        print(f"image size: {recorded}, the size the run being resumed chose; --image-size overrides it.")
-        return dataclasses.replace(config, image_size=recorded), None
-    side, reason, seconds = choose_image_size(config, measure=measure)
-    print(f"image size: {side}, {reason}; --image-size overrides it.")
-    return dataclasses.replace(config, image_size=side), seconds
+    if recorded and recorded.get("image_size"):
+        kept = {name: value for name, value in recorded.items()
+                if name == "image_size" or name in config.from_recipe and value is not None}
+        print(f"image size: {recorded['image_size']}, epochs: {kept.get('epochs', config.epochs)}, as the run being "
+              "resumed chose; --image-size and --epochs override them.")
+        return config.chosen(**kept), None
+    choice = choose_image_size(config, measure=measure)
+    print(f"image size: {choice.side}, {choice.epochs} epoch(s): {choice.reason}; --image-size and --epochs "
+          "override them.")
+    return config.chosen(image_size=choice.side, **fewer_epochs(config, choice.epochs)), choice.seconds
+
+
+def fewer_epochs(config, epochs):
+    """The settings of ``config`` with ``epochs`` in place of the recipe's: the warm-up keeps its share of the
+    run where the recipe set it."""
+    if epochs == config.epochs:
+        return {}
+    if "warmup_epochs" not in config.from_recipe:
+        return dict(epochs=epochs)
+    return dict(epochs=epochs, warmup_epochs=config.warmup_epochs * epochs / config.epochs)
 
 
 def compare_to_estimate(seconds, estimate):

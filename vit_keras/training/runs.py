@@ -292,10 +292,13 @@ def data_split(model_path, data=None):
     return split if same else {"whole_folder": True}
 
 
-def recorded_image_size(out_dir):
-    """The input side of the run ``out_dir`` holds (its config.json's model), or None where it holds none."""
-    size = (read_json(os.path.join(out_dir, "config.json")).get("vit") or {}).get("image_size")
-    return max(size) if isinstance(size, list) and size else None
+def recorded_choices(out_dir):
+    """The choices a fine-tune made of the run ``out_dir`` holds (its config.json): ``image_size``, the model's
+    side (None where it holds none), and its ``epochs`` and ``warmup_epochs``."""
+    record = read_json(os.path.join(out_dir, "config.json"))
+    size = (record.get("vit") or {}).get("image_size")
+    return dict(image_size=max(size) if isinstance(size, list) and size else None, epochs=record.get("epochs"),
+                warmup_epochs=record.get("warmup_epochs"))
 
 
 def read_json(path):

@@ -76,14 +76,14 @@ def train_in(config, out_dir, overwrite, dist):
     if why_not:
         warnings.warn(f"`precision`={config.precision!r} would train slower than float32 here: {why_not}; "
                       "training in float32.", stacklevel=2)
-        config = dataclasses.replace(config, precision=precision)
+        config = config.chosen(precision=precision)
         set_precision(precision)
     print(config.recipe_reason())
     print(f"{cpu_features().describe()}; precision {config.precision}")
     if config.weights and not is_saved_model(config.weights):
         resolve(config.weights)  # downloaded (or found missing) now, before the data is read or a warm-up runs
     config, estimate = with_image_size(config, lambda side: warmup.step_times(config, side, dist),
-                                       None if overwrite else runs.recorded_image_size(out_dir))
+                                       None if overwrite else runs.recorded_choices(out_dir))
     strategies.check_batch_size(config.batch_size, dist)
     train_data, val_data = load_splits(config)
     with strategies.scope(dist):
