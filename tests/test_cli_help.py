@@ -65,7 +65,8 @@ def test_train_states_the_recipes_values():
     parser = dict(parsers())["train"]
     helps = {action.dest: expanded_help(parser, action) for action in parser._actions}
     epochs = ", ".join(f"{LIBRARY_RECIPES[recipe]['epochs']} {recipe}" for recipe in RECIPES)
-    assert f"(default: the recipe's: {epochs})" in helps["epochs"]  # "20 quick, 90 long, 3 finetune"
+    assert f"(default: the recipe's: {epochs};" in helps["epochs"]  # "20 quick, 90 long, 3 finetune"
+    assert "on CPUs a fine-tune with no --image-size takes fewer, down to 1" in helps["epochs"]
     for setting in ("batch_size", "optimizer", "weight_decay", "label_smoothing", "drop_path", "patch_dropout",
                     "warmup_epochs", "augment", "crop_scale", "mixup", "cutmix", "erase", "teacher_steps"):
         assert "the recipe's: " in helps[setting], setting

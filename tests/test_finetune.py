@@ -1,10 +1,9 @@
 """The fine-tuning recipe: chosen where the weights are pretrained (printed with why), every flag still
-overrides it, and its image size is chosen for the machine unless asked for."""
-
-import dataclasses
+overrides it, and its image size (and epochs, where left to it) is chosen for the machine unless asked for."""
 
 import keras
 import pytest
+import tensorflow as tf
 
 from vit_keras.training import train, warmup
 from vit_keras.training.config import RECIPES, TrainConfig
@@ -140,6 +139,11 @@ def test_the_warm_up_times_the_runs_own_model_on_this_machine(tmp_path, monkeypa
     times = warmup.step_times(config, 16)
     assert times.side == 16 and 0 < times.evaluate < times.train and times.compile > 0
     assert times.measured_in >= 1.5  # the steps it timed, at least
+    # Fed as the fit's data is: tf.data under TensorFlow (a PyDataset timed its steps a quarter slower).
+    batches = warmup.repeated_batch(4, 16, 3, steps=5)
+    assert isinstance(batches, tf.data.Dataset) and int(batches.cardinality()) == 5
+    images, labels = next(iter(batches))
+    assert images.shape == (4, 16, 16, 3) and labels.shape == (4, warmup.WARMUP_CLASSES)
 
 
 def test_missing_weights_fail_before_the_data_is_read_or_a_warm_up_runs(tmp_path, capsys):

@@ -72,7 +72,9 @@ def add_arguments(parser):
                              "it also picks the image size for the machine). Default: finetune with --weights, "
                              "else quick; the run prints which and why")
     parser.add_argument("--epochs", type=int, default=None,
-                        help=f"passes over the training data ({recipe_default('epochs')})")
+                        help=f"passes over the training data ({recipe_default('epochs')}; on CPUs a fine-tune "
+                             "with no --image-size takes fewer, down to 1, where that buys a larger size, printed "
+                             "with why)")
     parser.add_argument("--min-steps", type=int, default=None, metavar="N",
                         help="the fewest optimizer steps: on small data each epoch repeats the images until the run "
                              "has N steps (default: the recipe's floor when --epochs is unset: "
@@ -103,7 +105,8 @@ def add_arguments(parser):
                              f"({recipe_default('warmup_epochs')})")
     parser.add_argument("--augment", choices=AUGMENTATIONS, default=None,
                         help=f"augmentation ({recipe_default('augment')}; on small data, where the step floor "
-                             f"repeats the images, {recipe_values('small_data_augment')}; flips are turned off where "
+                             f"repeats the images, {recipe_values('small_data_augment')}; in a single pass over the data, "
+                             f"{recipe_values('single_pass_augment')}; flips are turned off where "
                              "a nearest-neighbour check of the training data finds that they change labels, as on "
                              "digits or text)")
     parser.add_argument("--crop-scale", type=float, default=None, metavar="MIN",

@@ -48,7 +48,8 @@ def finetune_recipe(model, train_data, val_data=0, image_size=None, measure=True
       its labels are turned off, as the CLI does). The validation images only count toward the size's estimate.
     image_size: the input to fine-tune at; None: chosen as the CLI chooses it, the weights' own size with an
       accelerator, on CPUs the largest whose fit is estimated at most ``finetune.FIT_MINUTES`` minutes, from a
-      short warm-up of this model on this machine (``measure``; False: from a fixed table, no warm-up).
+      short warm-up of this model on this machine (``measure``; False: from a fixed table, no warm-up), and with
+      no ``epochs`` in ``options``, the epochs too (``vit_keras.training.finetune.choose_image_size``).
     options: the recipe's settings to change (epochs, batch_size, learning_rate, optimizer, weight_decay,
       label_smoothing, patch_dropout, augment, crop_scale, mixup, cutmix, erase, warmup_epochs, min_steps, ...),
       checked as the CLI's flags are. patch_dropout: the recipe's (``Recipe.prepare`` gives the model its rate).
