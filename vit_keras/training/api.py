@@ -70,8 +70,7 @@ def finetune_recipe(model, train_data, val_data=0, image_size=None, measure=True
                                    val_images=val_size)
         config = config.chosen(**fewer_epochs(config, choice.epochs))
         vit = {**vit, "image_size": (choice.side, choice.side)}
-        facts = dict(estimated_seconds=choice.seconds,
-                     why=f"image size: {choice.side}, {choice.epochs} epoch(s): {choice.reason}")
+        facts = dict(estimated_seconds=choice.seconds, why=choice.line())
     else:
         vit = {**vit, "image_size": pair(image_size, "image_size")}
     flip = choose_flips(config, listed) if listed is not None else True

@@ -157,6 +157,10 @@ class FitChoice:
     reason: str
     seconds: float | None = None
 
+    def line(self):
+        """The choice and why, as a run prints it."""
+        return f"image size: {self.side}, {self.epochs} epoch(s): {self.reason}"
+
 
 def choose_image_size(config, cores=None, accelerators=None, images=None, measure=None, shape=None,
                       val_images=None):
@@ -236,8 +240,7 @@ def with_image_size(config, measure=None, recorded=None):
               "resumed chose; --image-size and --epochs override them.")
         return config.chosen(**kept), None
     choice = choose_image_size(config, measure=measure)
-    print(f"image size: {choice.side}, {choice.epochs} epoch(s): {choice.reason}; --image-size and --epochs "
-          "override them.")
+    print(f"{choice.line()}; --image-size and --epochs override them.")
     return config.chosen(image_size=choice.side, **fewer_epochs(config, choice.epochs)), choice.seconds
 
 

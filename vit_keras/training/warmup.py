@@ -7,7 +7,6 @@ here: the run's model (random weights: the time is the same), its batch, optimiz
 on one repeated synthetic batch fed as the fit's data is, until a few seconds of steps have passed after compiling.
 """
 
-import dataclasses
 import gc
 import time
 
@@ -90,7 +89,7 @@ class StepClock(keras.callbacks.Callback):
 def step_times(config, side, dist=None, model=None):
     """``StepTimes`` of ``config``'s (a ``TrainConfig``) model at ``side`` px on this machine, measured; ``model``:
     a model in hand to measure (a ``VisionTransformer``; its copy at that size) instead of ``config``'s."""
-    trial = dataclasses.replace(config, image_size=side)
+    trial = config.chosen(image_size=side)
     with strategies.scope(dist):
         if model is None:
             model = build_model_to_train(WARMUP_CLASSES, CHANNELS, (side, side), trial, side, pretrained=False)
