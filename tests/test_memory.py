@@ -30,21 +30,22 @@ def test_activations_follow_the_tokens_width_and_depth():
 
 
 def test_a_batch_is_accumulated_over_the_fewest_steps_that_fit_the_budget():
-    assert memory.accumulation_steps(vit(), 128) == 32  # 4 images a step: about 200 MB
-    assert memory.accumulation_steps(vit(), 128, parallel=8) == 16  # each step splits over 8 devices
-    assert memory.accumulation_steps(vit(side=96), 64) == 2
+    assert memory.accumulation_steps(vit(), 128) == 8  # 16 images a step: about 790 MB
+    assert memory.accumulation_steps(vit(), 128, parallel=32) == 4  # no step within budget splits over 32: the least
+    assert memory.accumulation_steps(vit(side=128), 64) == 1  # about 880 MB: the whole batch
+    assert memory.accumulation_steps(vit(side=160), 64) == 2
     small = {**RECIPES["quick"]["model"], "image_size": (32, 32), "patch_size": 8, "num_classes": 10}
     assert memory.accumulation_steps(small, 128) == 1  # the quick recipe: one step a batch
     assert memory.accumulation_steps(vit(), 128, budget=1) == 128  # never below one image a step
     assert memory.accumulation_steps(vit(), 6, parallel=4, budget=1) == 1  # no split fits 4: the whole batch
-    assert "32 accumulated steps of 4 images" in memory.describe(vit(), 128, 32)
+    assert "8 accumulated steps of 16 images" in memory.describe(vit(), 128, 8)
     assert "one step a batch" in memory.describe(vit(side=32), 8, 1)
-    assert ACTIVATION_BUDGET == 250_000_000
+    assert ACTIVATION_BUDGET == 1_000_000_000
 
 
 def test_a_config_accumulates_as_asked_or_as_the_budget_says():
     config = TrainConfig("fashion_mnist", model_name="vit_ti16", image_size=224, batch_size=128)
-    assert config.accumulation_of(vit()) == 32 and config.accumulation_of(vit(), parallel=2) == 32
+    assert config.accumulation_of(vit()) == 8 and config.accumulation_of(vit(), parallel=2) == 8
     assert TrainConfig("fashion_mnist", batch_size=128, accumulate=4).accumulation_of(vit()) == 4
     with pytest.raises(ValueError, match="steps of 32 images, which do not split over 3 devices"):
         TrainConfig("fashion_mnist", batch_size=128, accumulate=4).accumulation_of(vit(), parallel=3)
