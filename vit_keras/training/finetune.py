@@ -162,6 +162,31 @@ class FitChoice:
         return f"image size: {self.side}, {self.epochs} epoch(s): {self.reason}"
 
 
+@dataclasses.dataclass(frozen=True)
+class SizeSearch:
+    """What a fine-tune on CPUs chooses from: the ``sides`` (in whole patches) and epoch ``choices`` (most first) of
+    ``config``'s run on ``images`` training images of a model of ``shape`` (patch, width, depth)."""
+    config: object
+    shape: tuple
+    sides: list
+    choices: list
+    images: int
+
+    def trained(self, epochs):
+        """The images ``epochs`` epochs train on (the step floor may repeat the data)."""
+        return epochs * self.config.steps_per_epoch(self.images, epochs) * self.config.batch_size
+
+    def largest(self, seconds):
+        """The largest side at which the fewest epochs fit, by ``seconds(side, epochs)``."""
+        return largest_within(self.sides, lambda side: seconds(side, self.choices[-1]))
+
+    def most_epochs(self, seconds, side):
+        """(epochs, their seconds): the most of ``choices`` that fit at ``side``; the fewest where none does."""
+        epochs = max((epochs for epochs in self.choices if seconds(side, epochs) <= FIT_MINUTES * 60),
+                     default=self.choices[-1])
+        return epochs, seconds(side, epochs)
+
+
 def choose_image_size(config, cores=None, accelerators=None, images=None, measure=None, shape=None,
                       val_images=None):
     """The ``FitChoice`` of a fine-tune with no ``image_size`` asked for: on CPUs the largest side at which the
@@ -175,47 +200,52 @@ def choose_image_size(config, cores=None, accelerators=None, images=None, measur
     if accelerators:
         return FitChoice(native, config.epochs, f"{what} ({accelerators} accelerator(s) found)")
     cores = usable_cores() if cores is None else cores
-    images = split_images(config) if images is None else images
-    shape, dropout, choices = (patch, width, depth), config.patch_dropout or 0.0, epoch_choices(config)
-    sides = list(range(min(patch * MIN_GRID, native), native + 1, patch))
+    search = SizeSearch(config, (patch, width, depth), list(range(min(patch * MIN_GRID, native), native + 1, patch)),
+                        epoch_choices(config), split_images(config) if images is None else images)
     bounds = f"at most {what}, {native}, at least {MIN_GRID}x{MIN_GRID} patches"
-
-    def trained(epochs):
-        return epochs * config.steps_per_epoch(images, epochs) * config.batch_size
-
-    def most_epochs(seconds, side):  # of those that fit at ``side``; the fewest where none does
-        return max((epochs for epochs in choices if seconds(side, epochs) <= FIT_MINUTES * 60), default=choices[-1])
-
-    def by_table(side, epochs):
-        return fit_seconds(trained(epochs), side, shape, cores, dropout)
-
-    side = largest_within(sides, lambda side: by_table(side, choices[-1]))
+    table = table_choice(search, cores, bounds)
     if measure is None:
-        epochs = most_epochs(by_table, side)
-        seconds = by_table(side, epochs)
-        return FitChoice(side, epochs, f"{fits(choices, epochs, f'on {cores} CPU core(s)')}: about "
-                         f"{seconds / 60:.0f} min for {trained(epochs):,} training images (estimated from "
-                         f"{RATE_PER_CORE:g} img/s a core for a ViT-Ti/16 at 96 px); {bounds}", seconds)
+        return table
     val_images = split_images(config, "val") if val_images is None else val_images
-    measured = [measure(side)]
+    return measured_choice(search, measure, table.side, val_images, bounds)
+
+
+def table_choice(search, cores, bounds):
+    """The ``FitChoice`` by the table rate (``RATE_PER_CORE``) on ``cores`` cores."""
+    dropout = search.config.patch_dropout or 0.0
+
+    def seconds(side, epochs):
+        return fit_seconds(search.trained(epochs), side, search.shape, cores, dropout)
+
+    side = search.largest(seconds)
+    epochs, total = search.most_epochs(seconds, side)
+    return FitChoice(side, epochs, f"{fits(search.choices, epochs, f'on {cores} CPU core(s)')}: about "
+                     f"{total / 60:.0f} min for {search.trained(epochs):,} training images (estimated from "
+                     f"{RATE_PER_CORE:g} img/s a core for a ViT-Ti/16 at 96 px); {bounds}", total)
+
+
+def measured_choice(search, measure, first_side, val_images, bounds):
+    """The ``FitChoice`` by steps timed here: ``measure`` at ``first_side`` (the table's choice), then at the side
+    that measurement points to where it differs; each side estimated from the measurement nearest in size."""
+    dropout = search.config.patch_dropout or 0.0
+    measured = [measure(first_side)]
 
     def nearest(side):
         return min(measured, key=lambda times: abs(times.side - side))
 
-    def estimate(side, epochs):  # from the measurement nearest in size
-        return nearest(side).at(side, shape, dropout).fit_seconds(trained(epochs), epochs * val_images)
+    def seconds(side, epochs):
+        return nearest(side).at(side, search.shape, dropout).fit_seconds(search.trained(epochs), epochs * val_images)
 
-    better = largest_within(sides, lambda side: estimate(side, choices[-1]))
-    if better != side:
+    better = search.largest(seconds)
+    if better != first_side:
         measured.append(measure(better))
-        side = largest_within(sides, lambda side: estimate(side, choices[-1]))
-    epochs = most_epochs(estimate, side)
-    seconds, times = estimate(side, epochs), nearest(side)
-    return FitChoice(side, epochs, f"{fits(choices, epochs, 'here')}: about {seconds / 60:.1f} min for "
-                     f"{trained(epochs):,} training and "
-                     f"{epochs * val_images:,} validation images, at {1 / times.train:.1f} and "
-                     f"{1 / times.evaluate:.1f} img/s at {times.side} px, measured by a "
-                     f"{sum(times.measured_in for times in measured):.0f} s warm-up; {bounds}", seconds)
+    side = search.largest(seconds)
+    epochs, total = search.most_epochs(seconds, side)
+    times = nearest(side)
+    return FitChoice(side, epochs, f"{fits(search.choices, epochs, 'here')}: about {total / 60:.1f} min for "
+                     f"{search.trained(epochs):,} training and {epochs * val_images:,} validation images, at "
+                     f"{1 / times.train:.1f} and {1 / times.evaluate:.1f} img/s at {times.side} px, measured by a "
+                     f"{sum(times.measured_in for times in measured):.0f} s warm-up; {bounds}", total)
 
 
 def fits(choices, epochs, where):
