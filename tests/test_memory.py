@@ -31,7 +31,7 @@ def test_activations_follow_the_tokens_width_and_depth():
 
 def test_a_batch_is_accumulated_over_the_fewest_steps_that_fit_the_budget():
     assert memory.accumulation_steps(vit(), 128) == 8  # 16 images a step: about 790 MB
-    assert memory.accumulation_steps(vit(), 128, parallel=32) == 4  # no step within budget splits over 32: the least
+    assert memory.accumulation_steps(vit(), 128, parallel=32) == 4  # none within budget splits over 32: steps of 32
     assert memory.accumulation_steps(vit(side=128), 64) == 1  # about 880 MB: the whole batch
     assert memory.accumulation_steps(vit(side=160), 64) == 2
     small = {**RECIPES["quick"]["model"], "image_size": (32, 32), "patch_size": 8, "num_classes": 10}

@@ -172,6 +172,11 @@ class SizeSearch:
     choices: list
     images: int
 
+    @property
+    def dropout(self):
+        """The share of patch tokens a training step drops (what it costs counts the kept ones)."""
+        return self.config.patch_dropout or 0.0
+
     def trained(self, epochs):
         """The images ``epochs`` epochs train on (the step floor may repeat the data)."""
         return epochs * self.config.steps_per_epoch(self.images, epochs) * self.config.batch_size
@@ -212,10 +217,9 @@ def choose_image_size(config, cores=None, accelerators=None, images=None, measur
 
 def table_choice(search, cores, bounds):
     """The ``FitChoice`` by the table rate (``RATE_PER_CORE``) on ``cores`` cores."""
-    dropout = search.config.patch_dropout or 0.0
 
     def seconds(side, epochs):
-        return fit_seconds(search.trained(epochs), side, search.shape, cores, dropout)
+        return fit_seconds(search.trained(epochs), side, search.shape, cores, search.dropout)
 
     side = search.largest(seconds)
     epochs, total = search.most_epochs(seconds, side)
@@ -227,14 +231,14 @@ def table_choice(search, cores, bounds):
 def measured_choice(search, measure, first_side, val_images, bounds):
     """The ``FitChoice`` by steps timed here: ``measure`` at ``first_side`` (the table's choice), then at the side
     that measurement points to where it differs; each side estimated from the measurement nearest in size."""
-    dropout = search.config.patch_dropout or 0.0
     measured = [measure(first_side)]
 
     def nearest(side):
         return min(measured, key=lambda times: abs(times.side - side))
 
     def seconds(side, epochs):
-        return nearest(side).at(side, search.shape, dropout).fit_seconds(search.trained(epochs), epochs * val_images)
+        return nearest(side).at(side, search.shape, search.dropout).fit_seconds(search.trained(epochs),
+                                                                               epochs * val_images)
 
     better = search.largest(seconds)
     if better != first_side:
